@@ -1,0 +1,223 @@
+"""What each primitive computes, in numpy: the living definition of the primitive set."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from scipy import special
+
+Kernel = Callable[[Sequence[np.ndarray], Mapping[str, Any]], np.ndarray]
+KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(name: str) -> Callable[[Kernel], Kernel]:
+    def register(fn: Kernel) -> Kernel:
+        if name in KERNELS:
+            raise RuntimeError(f"reference kernel {name!r} registered twice")
+        KERNELS[name] = fn
+        return fn
+    return register
+
+
+def _unary(name: str, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    kernel(name)(lambda xs, attrs: fn(xs[0]))
+
+
+def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    kernel(name)(lambda xs, attrs: fn(xs[0], xs[1]))
+
+
+# ---- elementwise --------------------------------------------------------------------------
+
+_unary("neg", np.negative)
+_unary("abs", np.abs)
+_unary("exp", np.exp)
+_unary("log", np.log)
+_unary("sqrt", np.sqrt)
+_unary("reciprocal", np.reciprocal)
+_unary("tanh", np.tanh)
+_unary("erf", special.erf)
+_unary("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)))
+_unary("floor", np.floor)
+_unary("ceil", np.ceil)
+_unary("round", np.round)          # half to even, as ONNX Round
+_unary("sign", np.sign)
+_unary("sin", np.sin)
+_unary("cos", np.cos)
+_unary("not", np.logical_not)
+
+
+@kernel("sigmoid")
+def _sigmoid(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    return special.expit(xs[0])
+
+
+@kernel("cast")
+def _cast(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    return xs[0].astype(attrs["to"].numpy)
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):
+        return np.trunc(np.true_divide(a, b)).astype(a.dtype)   # C-style: rounds toward zero
+    return np.divide(a, b)
+
+
+_binary("add", np.add)
+_binary("sub", np.subtract)
+_binary("mul", np.multiply)
+_binary("div", _divide)
+_binary("pow", np.power)
+_binary("max", np.maximum)
+_binary("min", np.minimum)
+_binary("greater", np.greater)
+_binary("less", np.less)
+_binary("equal", np.equal)
+_binary("and", np.logical_and)
+_binary("or", np.logical_or)
+
+
+@kernel("where")
+def _where(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    return np.where(xs[0], xs[1], xs[2])
+
+
+# ---- reduce and broadcast -----------------------------------------------------------------
+
+def _reduce(name: str, fn: Callable[..., np.ndarray]) -> None:
+    kernel(name)(lambda xs, attrs: fn(xs[0], axis=tuple(attrs["axes"]), keepdims=attrs["keepdims"]))
+
+
+_reduce("reduce_sum", np.sum)
+_reduce("reduce_max", np.max)
+_reduce("reduce_min", np.min)
+_reduce("reduce_prod", np.prod)
+
+
+def _windows(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """View N x C x out... x k... of the windows (dilated, strided) over the spatial dims."""
+    kernel_, strides, dilations = attrs["kernel"], attrs["strides"], attrs["dilations"]
+    nsp = len(kernel_)
+    spans = tuple(d * (k - 1) + 1 for k, d in zip(kernel_, dilations))
+    view = sliding_window_view(x, spans, axis=tuple(range(2, 2 + nsp)))
+    index = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+    index += tuple(slice(None, None, d) for d in dilations)
+    return view[index]
+
+
+@kernel("window_max")
+def _window_max(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    w = _windows(xs[0], attrs)
+    return w.max(axis=tuple(range(w.ndim - len(attrs["kernel"]), w.ndim)))
+
+
+@kernel("window_mean")
+def _window_mean(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    w = _windows(xs[0], attrs)
+    return w.mean(axis=tuple(range(w.ndim - len(attrs["kernel"]), w.ndim)), dtype=xs[0].dtype)
+
+
+@kernel("expand")
+def _expand(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    return np.broadcast_to(xs[0], attrs["shape"])
+
+
+# ---- layout -------------------------------------------------------------------------------
+
+@kernel("transpose")
+def _transpose(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    return np.transpose(xs[0], attrs["perm"])
+
+
+@kernel("reshape")
+def _reshape(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    return np.reshape(xs[0], attrs["shape"])
+
+
+@kernel("slice")
+def _slice(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    index = []
+    for start, step, size in zip(attrs["starts"], attrs["steps"], attrs["sizes"]):
+        stop = start + size * step
+        index.append(slice(start, stop if stop >= 0 else None, step))
+    return xs[0][tuple(index)]
+
+
+@kernel("concat")
+def _concat(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    return np.concatenate(xs, axis=attrs["axis"])
+
+
+@kernel("pad")
+def _pad(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    x, pads = xs[0], attrs["pads"]
+    widths = list(zip(pads[: x.ndim], pads[x.ndim:]))
+    if attrs["mode"] == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=np.array(attrs["value"], x.dtype))
+    return np.pad(x, widths, mode=attrs["mode"])
+
+
+@kernel("gather")
+def _gather(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    data, indices = xs
+    axis = attrs["axis"]
+    if indices.size and (indices.min() < -data.shape[axis] or indices.max() >= data.shape[axis]):
+        raise IndexError(f"gather: index out of range [{-data.shape[axis]}, {data.shape[axis]})")
+    return np.take(data, indices, axis=axis)
+
+
+# ---- linear -------------------------------------------------------------------------------
+
+@kernel("matmul")
+def _matmul(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    return np.matmul(xs[0], xs[1])
+
+
+def _spatial_pad(x: np.ndarray, pads: Sequence[int]) -> np.ndarray:
+    nsp = x.ndim - 2
+    return np.pad(x, [(0, 0), (0, 0)] + list(zip(pads[:nsp], pads[nsp:])))
+
+
+@kernel("conv")
+def _conv(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    x, w = xs
+    group = attrs["group"]
+    nsp = x.ndim - 2
+    x = _spatial_pad(x, attrs["pads"])
+    win = _windows(x, {"kernel": w.shape[2:], "strides": attrs["strides"], "dilations": attrs["dilations"]})
+    n, c = win.shape[:2]
+    out_sp = win.shape[2:2 + nsp]
+    win = win.reshape((n, group, c // group) + out_sp + w.shape[2:])
+    wg = w.reshape((group, w.shape[0] // group, c // group) + w.shape[2:])
+    # n g c [o...] [k...]  x  g m c [k...]  ->  n g m [o...]
+    sp = "".join(chr(ord("p") + i) for i in range(nsp))
+    ks = "".join(chr(ord("h") + i) for i in range(nsp))
+    out = np.einsum(f"ngc{sp}{ks},gmc{ks}->ngm{sp}", win, wg, optimize=True)
+    return out.reshape((n, w.shape[0]) + out_sp).astype(xs[0].dtype, copy=False)
+
+
+@kernel("conv_transpose")
+def _conv_transpose(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    """Scatter form: every input pixel adds its kernel-weighted contribution to the output."""
+    x, w = xs
+    group, strides, dilations, pads = attrs["group"], attrs["strides"], attrs["dilations"], attrs["pads"]
+    nsp = x.ndim - 2
+    n, c = x.shape[:2]
+    cg, mg = c // group, w.shape[1]
+    kernel_ = w.shape[2:]
+    full = tuple((x.shape[2 + i] - 1) * strides[i] + dilations[i] * (kernel_[i] - 1) + 1 + attrs["output_padding"][i]
+                 for i in range(nsp))
+    out = np.zeros((n, group, mg) + full, dtype=x.dtype)
+    xg = x.reshape((n, group, cg) + x.shape[2:])
+    wg = w.reshape((group, cg, mg) + kernel_)
+    for k in np.ndindex(*kernel_):
+        contrib = np.einsum("ngc...,gcm->ngm...", xg, wg[(slice(None), slice(None), slice(None)) + k])
+        index = tuple(slice(k[i] * dilations[i], k[i] * dilations[i] + (x.shape[2 + i] - 1) * strides[i] + 1, strides[i])
+                      for i in range(nsp))
+        out[(slice(None), slice(None), slice(None)) + index] += contrib
+    crop = tuple(slice(pads[i], full[i] - pads[nsp + i]) for i in range(nsp))
+    out = out[(slice(None), slice(None), slice(None)) + crop]
+    return np.ascontiguousarray(out.reshape((n, group * mg) + out.shape[3:]))

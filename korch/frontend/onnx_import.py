@@ -1,0 +1,163 @@
+"""Load an ONNX model, check it, and fix every input to a static shape.
+
+All user-facing problems (unreadable file, missing external data, checker failure, opset out of
+range, symbolic dims) become a ModelLoadError or ShapeError that names the file, input and dim.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from korch.errors import ModelLoadError, ShapeError
+from korch.ir.types import DType
+
+MIN_OPSET = 11
+MAX_OPSET = 21
+ModelSource = str | os.PathLike | onnx.ModelProto
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """'name=1x3x224x224' -> ('name', (1, 3, 224, 224)). A scalar input is 'name=' (empty)."""
+    name, sep, dims = text.rpartition("=")
+    try:
+        if not sep or not name:
+            raise ValueError
+        shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+        if any(d < 1 for d in shape):
+            raise ValueError
+    except ValueError:
+        raise ShapeError(f"--input-shape {text!r}: expected NAME=D1xD2x... with positive integer dims") from None
+    return name, shape
+
+
+def _read(source: ModelSource) -> tuple[onnx.ModelProto, str]:
+    if isinstance(source, onnx.ModelProto):
+        return source, "<model>"
+    path = Path(source)
+    label = str(path)
+    if not path.is_file():
+        raise ModelLoadError(f"{label}: no such file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError, OSError) as e:
+        raise ModelLoadError(f"{label}: not a readable ONNX model ({type(e).__name__}: {e})") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelLoadError(f"{label}: not an ONNX model (empty or truncated file)")
+    try:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    except (FileNotFoundError, OSError) as e:
+        raise ModelLoadError(f"{label}: missing external data file: {e}") from None
+    except Exception as e:  # onnx raises several types for bad external-data records
+        raise ModelLoadError(f"{label}: cannot load external data ({type(e).__name__}: {e})") from None
+    return model, label
+
+
+def _check(model: onnx.ModelProto, label: str) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"{label}: the ONNX checker rejects the model: {first}") from None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ModelLoadError(
+            f"{label}: default-domain opset {opset} is outside the supported range {MIN_OPSET}..{MAX_OPSET}; "
+            "convert it with onnx.version_converter.convert_version first")
+
+
+def _fix_inputs(model: onnx.ModelProto, label: str, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers]
+    names = [i.name for i in inputs]
+    unknown = sorted(set(input_shapes) - set(names))
+    if unknown:
+        raise ShapeError(f"{label}: --input-shape names {unknown}, but the model's inputs are {names}")
+    problems = []
+    for inp in inputs:
+        if not inp.type.HasField("tensor_type"):
+            raise ModelLoadError(f"{label}: input {inp.name!r} is not a tensor")
+        tt = inp.type.tensor_type
+        try:
+            DType.from_onnx(tt.elem_type)
+        except ValueError as e:
+            raise ModelLoadError(f"{label}: input {inp.name!r}: {e}") from None
+        dims = tt.shape.dim
+        if inp.name in input_shapes:
+            shape = tuple(int(d) for d in input_shapes[inp.name])
+            if tt.HasField("shape") and len(dims) != len(shape):
+                raise ShapeError(f"{label}: input {inp.name!r} has rank {len(dims)}, --input-shape gives {shape}")
+            for k, (d, v) in enumerate(zip(dims, shape)):
+                if d.HasField("dim_value") and d.dim_value != v:
+                    raise ShapeError(f"{label}: input {inp.name!r} dim {k} is fixed at {d.dim_value}, --input-shape gives {v}")
+            tt.shape.ClearField("dim")
+            for v in shape:
+                tt.shape.dim.add().dim_value = v
+            continue
+        if not tt.HasField("shape"):
+            problems.append(f"input {inp.name!r} has unknown rank")
+        for k, d in enumerate(dims):
+            if not d.HasField("dim_value") or d.dim_value < 1:
+                what = f"symbolic dim {d.dim_param!r}" if d.dim_param else "unknown dim"
+                problems.append(f"input {inp.name!r} dim {k} is a {what}")
+    if problems:
+        hint = ", ".join(f"{i.name}=" + "x".join(str(d.dim_value or "?") for d in i.type.tensor_type.shape.dim)
+                         for i in inputs)
+        raise ShapeError(f"{label}: korch needs static shapes: " + "; ".join(problems)
+                         + f". Fix them with --input-shape (e.g. {hint}) or input_shapes= in the API")
+
+
+def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> onnx.ModelProto:
+    """Read, check and shape-fix a model. Returns a copy; the caller's ModelProto is not changed."""
+    model, label = _read(source)
+    model = onnx.ModelProto.FromString(model.SerializeToString()) if model is source else model
+    _check(model, label)
+    _fix_inputs(model, label, input_shapes or {})
+    del model.graph.value_info[:]
+    try:
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0]
+        raise ModelLoadError(f"{label}: shape inference fails: {first}") from None
+    _check_input_types(model, label)
+    return model
+
+
+_TYPE_NAMES = {v: k for k, v in onnx.TensorProto.DataType.items()}
+
+
+def _type_str(tp: onnx.TypeProto) -> str | None:
+    """'tensor(float)' for a tensor type, as in ONNX schemas' type constraints."""
+    if tp.HasField("tensor_type") and tp.tensor_type.elem_type:
+        return f"tensor({_TYPE_NAMES[tp.tensor_type.elem_type].lower()})"
+    return None
+
+
+def _check_input_types(model: onnx.ModelProto, label: str) -> None:
+    """Every default-domain node's inputs have types its schema allows (onnx's checker does not check this)."""
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    g = model.graph
+    types = {v.name: _type_str(v.type) for v in list(g.input) + list(g.value_info) + list(g.output)}
+    types.update({i.name: _type_str(onnx.helper.make_tensor_type_proto(i.data_type, None)) for i in g.initializer})
+    for node in g.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+        except onnx.defs.SchemaError:
+            continue  # unknown ops are reported by fission, all together
+        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+        for k, name in enumerate(node.input):
+            formal = schema.inputs[min(k, len(schema.inputs) - 1)] if schema.inputs else None
+            actual = types.get(name)
+            if not name or formal is None or actual is None or formal.type_str not in allowed:
+                continue
+            if actual not in allowed[formal.type_str]:
+                ok = ", ".join(sorted(t.removeprefix("tensor(").removesuffix(")") for t in allowed[formal.type_str]))
+                got = actual.removeprefix("tensor(").removesuffix(")")
+                raise ModelLoadError(f"{label}: node {node.name or node.output[0]!r} ({node.op_type}): input {name!r} "
+                                     f"is {got}, but {node.op_type} takes {ok}")
