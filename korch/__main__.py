@@ -1,0 +1,7 @@
+"""`python -m korch` runs the CLI."""
+
+import sys
+
+from korch.cli import main
+
+sys.exit(main())
