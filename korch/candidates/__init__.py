@@ -1,0 +1,7 @@
+"""Candidate kernels: convex, connected sets of primitives that one backend may run as one unit."""
+
+from korch.candidates.candidate import Candidate, extract_subgraph
+from korch.candidates.enumerate import CandidateLimits, enumerate_candidates
+from korch.candidates.key import structural_key
+
+__all__ = ["Candidate", "CandidateLimits", "enumerate_candidates", "extract_subgraph", "structural_key"]

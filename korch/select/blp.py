@@ -1,0 +1,108 @@
+"""The binary linear program that picks the cheapest set of kernels, exactly.
+
+One 0/1 variable x_k per option (a candidate kernel on one backend) with measured cost c_k:
+
+    minimize   sum_k c_k x_k
+    subject to avail(t) >= 1      for every graph output t
+               avail(t) >= x_k    for every option k and every input t of k
+    where      avail(t) = 1 if t is a graph input (or constant), else sum_{k : t in outputs(k)} x_k
+
+A primitive may be computed by several chosen kernels (recomputation), and a kernel may have several
+outputs. Options are convex sets of a DAG, so any choice that satisfies the constraints can be ordered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+log = logging.getLogger("korch.select")
+
+# Default solver time limit; on a timeout the best feasible selection is returned with its gap.
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+class SelectionError(RuntimeError):
+    """No set of options computes the outputs (a value has no producer), or the solver failed."""
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str                          # identifies the (candidate, backend) pair
+    inputs: frozenset[str]            # values it reads that are not constants
+    outputs: frozenset[str]           # values it writes for others to read
+    cost: float                       # measured time (any unit, the same for all)
+
+
+@dataclass(frozen=True)
+class Selection:
+    chosen: tuple[Option, ...]
+    cost: float
+    lower_bound: float                # proven bound: cost - lower_bound is the absolute gap
+    seconds: float
+    optimal: bool
+
+    @property
+    def gap(self) -> float:
+        return 0.0 if self.cost <= 0 else max(0.0, (self.cost - self.lower_bound) / self.cost)
+
+
+def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str]) -> tuple[sparse.csr_array, np.ndarray]:
+    producers: dict[str, list[int]] = {}
+    for k, opt in enumerate(options):
+        for t in opt.outputs:
+            producers.setdefault(t, []).append(k)
+    rows, cols, vals, lower = [], [], [], []
+
+    def row(value: str, consumer: int | None) -> None:
+        r = len(lower)
+        makers = producers.get(value)
+        if not makers:
+            who = f"option {options[consumer].key}" if consumer is not None else "the graph outputs"
+            raise SelectionError(f"value {value!r}, needed by {who}, is produced by no option")
+        for k in makers:
+            rows.append(r), cols.append(k), vals.append(1.0)
+        if consumer is None:
+            lower.append(1.0)
+        else:
+            rows.append(r), cols.append(consumer), vals.append(-1.0)
+            lower.append(0.0)
+
+    for t in dict.fromkeys(outputs):
+        if t not in free:
+            row(t, None)
+    for k, opt in enumerate(options):
+        for t in sorted(opt.inputs - free):
+            row(t, k)
+    matrix = sparse.csr_array((vals, (rows, cols)), shape=(len(lower), len(options)))
+    return matrix, np.array(lower)
+
+
+def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
+          time_limit: float = DEFAULT_TIME_LIMIT_S) -> Selection:
+    """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`."""
+    start = time.perf_counter()
+    free = set(graph_inputs)
+    matrix, lower = _problem(options, free, graph_outputs)
+    cost = np.array([o.cost for o in options], dtype=np.float64)
+    if not options:
+        return Selection((), 0.0, 0.0, time.perf_counter() - start, True)
+    result = milp(cost, integrality=np.ones(len(options)), bounds=Bounds(0, 1),
+                  constraints=[LinearConstraint(matrix, lower, np.inf)] if len(lower) else [],
+                  options={"time_limit": time_limit, "mip_rel_gap": 0.0, "disp": False})
+    seconds = time.perf_counter() - start
+    if result.x is None:
+        raise SelectionError(f"the solver found no feasible selection: {result.message}")
+    chosen = tuple(o for o, x in zip(options, result.x) if x > 0.5)
+    total = float(sum(o.cost for o in chosen))
+    bound = float(getattr(result, "mip_dual_bound", total) or total)
+    optimal = result.status == 0
+    log.info("BLP: %d options, %d constraints, chose %d, cost %.4g, %s in %.3f s",
+             len(options), len(lower), len(chosen), total, "optimal" if optimal else f"status {result.status}", seconds)
+    return Selection(chosen, total, min(bound, total), seconds, optimal)
