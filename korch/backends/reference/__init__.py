@@ -11,9 +11,12 @@ from korch.ir.graph import Graph, Node
 
 
 def evaluate(node: Node, inputs: Sequence[np.ndarray], dtype: np.dtype | None = None) -> np.ndarray:
-    """Run one primitive on numpy arrays."""
+    """Run one primitive on numpy arrays. Accumulating kernels work in float64 for float32 inputs;
+    the result is rounded to `dtype` (default: float32 again when the inputs were float32)."""
     with np.errstate(all="ignore"):
         result = np.asarray(KERNELS[node.op](inputs, node.attrs))
+    if dtype is None and result.dtype == np.float64 and inputs and inputs[0].dtype == np.float32:
+        dtype = np.dtype(np.float32)
     return result.astype(dtype, copy=False) if dtype is not None else result
 
 

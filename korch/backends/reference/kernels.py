@@ -10,6 +10,12 @@ from numpy.lib.stride_tricks import sliding_window_view
 from scipy import special
 
 Kernel = Callable[[Sequence[np.ndarray], Mapping[str, Any]], np.ndarray]
+
+
+def _acc(x: np.ndarray) -> np.ndarray:
+    """Accumulating primitives (matmul, conv, sums, means) compute float32 in float64 and round once
+    (the caller casts back): the reference should be closer to exact than any backend it checks."""
+    return x.astype(np.float64) if x.dtype == np.float32 else x
 KERNELS: dict[str, Kernel] = {}
 
 
@@ -91,7 +97,7 @@ def _reduce(name: str, fn: Callable[..., np.ndarray]) -> None:
     kernel(name)(lambda xs, attrs: fn(xs[0], axis=tuple(attrs["axes"]), keepdims=attrs["keepdims"]))
 
 
-_reduce("reduce_sum", np.sum)
+kernel("reduce_sum")(lambda xs, attrs: np.sum(_acc(xs[0]), axis=tuple(attrs["axes"]), keepdims=attrs["keepdims"]))
 _reduce("reduce_max", np.max)
 _reduce("reduce_min", np.min)
 _reduce("reduce_prod", np.prod)
@@ -116,8 +122,8 @@ def _window_max(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarra
 
 @kernel("window_mean")
 def _window_mean(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
-    w = _windows(xs[0], attrs)
-    return w.mean(axis=tuple(range(w.ndim - len(attrs["kernel"]), w.ndim)), dtype=xs[0].dtype)
+    w = _windows(_acc(xs[0]), attrs)
+    return w.mean(axis=tuple(range(w.ndim - len(attrs["kernel"]), w.ndim)))
 
 
 @kernel("expand")
@@ -173,7 +179,7 @@ def _gather(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
 
 @kernel("matmul")
 def _matmul(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
-    return np.matmul(xs[0], xs[1])
+    return np.matmul(_acc(xs[0]), _acc(xs[1]))
 
 
 def _spatial_pad(x: np.ndarray, pads: Sequence[int]) -> np.ndarray:
@@ -183,7 +189,7 @@ def _spatial_pad(x: np.ndarray, pads: Sequence[int]) -> np.ndarray:
 
 @kernel("conv")
 def _conv(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
-    x, w = xs
+    x, w = _acc(xs[0]), _acc(xs[1])
     group = attrs["group"]
     nsp = x.ndim - 2
     x = _spatial_pad(x, attrs["pads"])
@@ -196,13 +202,13 @@ def _conv(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
     sp = "".join(chr(ord("p") + i) for i in range(nsp))
     ks = "".join(chr(ord("h") + i) for i in range(nsp))
     out = np.einsum(f"ngc{sp}{ks},gmc{ks}->ngm{sp}", win, wg, optimize=True)
-    return out.reshape((n, w.shape[0]) + out_sp).astype(xs[0].dtype, copy=False)
+    return out.reshape((n, w.shape[0]) + out_sp)
 
 
 @kernel("conv_transpose")
 def _conv_transpose(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
     """Scatter form: every input pixel adds its kernel-weighted contribution to the output."""
-    x, w = xs
+    x, w = _acc(xs[0]), _acc(xs[1])
     group, strides, dilations, pads = attrs["group"], attrs["strides"], attrs["dilations"], attrs["pads"]
     nsp = x.ndim - 2
     n, c = x.shape[:2]

@@ -1,0 +1,139 @@
+"""Building seeded zoo modules, drawing example inputs and exporting them to clean ONNX models."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import uuid
+import warnings
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+import onnx.inliner
+import torch
+from torch import nn
+
+from korch.zoo.registry import InputSpec, ZooModel, get_model
+
+OPSET = 18
+IR_VERSION = 10
+BN_CALIBRATION_STEPS = 2
+
+
+def _random_tensor(spec: InputSpec, gen: torch.Generator, batch: int | None = None) -> torch.Tensor:
+    shape = spec.shape if batch is None else (batch, *spec.shape[1:])
+    if spec.dtype == "int64":
+        assert spec.high is not None
+        return torch.randint(0, spec.high, shape, generator=gen, dtype=torch.int64)
+    return torch.randn(shape, generator=gen, dtype=torch.float32)
+
+
+def recalibrate_batchnorm(module: nn.Module, model: ZooModel, seed: int) -> None:
+    """Re-estimate BN running stats: train mode, momentum=None (cumulative average), a few no-grad
+    passes on random inputs of batch model.calibration_batch. The caller switches to eval mode."""
+    bns = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None
+    gen = torch.Generator().manual_seed(seed + 7919)
+    module.train()
+    with torch.no_grad():
+        for _ in range(BN_CALIBRATION_STEPS):
+            module(*[_random_tensor(s, gen, model.calibration_batch) for s in model.inputs])
+
+
+def build_module(name: str, seed: int = 0) -> nn.Module:
+    """Deterministically initialised module in eval mode, with BatchNorm statistics recalibrated."""
+    model = get_model(name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        module = model.build()
+    recalibrate_batchnorm(module, model, seed)
+    module.eval()
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
+
+
+def example_inputs(name: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs keyed by input name: standard normal floats, uniform ints in [0, high)."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for spec in get_model(name).inputs:
+        if spec.dtype == "int64":
+            out[spec.name] = rng.integers(0, spec.high, size=spec.shape, dtype=np.int64)
+        else:
+            out[spec.name] = rng.standard_normal(spec.shape, dtype=np.float32)
+    return out
+
+
+def _check_standard_ops(proto: onnx.ModelProto) -> None:
+    bad = {f"{n.domain}::{n.op_type}" for n in proto.graph.node if n.domain not in ("", "ai.onnx")}
+    if proto.functions or bad:
+        detail = f"functions={len(proto.functions)} ops={sorted(bad)}"
+        raise RuntimeError(f"exported graph is not plain ONNX: {detail}")
+
+
+@contextlib.contextmanager
+def _quiet_exporter_logs() -> Iterator[None]:
+    """Silence the exporter's informational log lines (e.g. 'torchvision is not installed')."""
+    logger = logging.getLogger("torch.onnx")
+    old = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
+def to_model_proto(name: str, seed: int = 0) -> onnx.ModelProto:
+    """Export the seeded module with the dynamo exporter (opset 18, static shapes, embedded weights)."""
+    model = get_model(name)
+    module = build_module(name, seed)
+    args = tuple(torch.from_numpy(a) for a in example_inputs(name, seed).values())
+    quiet = contextlib.redirect_stdout(io.StringIO())
+    with warnings.catch_warnings(), quiet, _quiet_exporter_logs():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            module,
+            args,
+            dynamo=True,
+            opset_version=OPSET,
+            input_names=[s.name for s in model.inputs],
+            output_names=list(model.outputs),
+            external_data=False,
+            optimize=True,
+        )
+    assert program is not None
+    proto = program.model_proto
+    if proto.functions:
+        proto = onnx.inliner.inline_local_functions(proto)
+    proto.ir_version = IR_VERSION
+    proto.producer_name = "korch.zoo"
+    proto.graph.name = name
+    _check_standard_ops(proto)
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def export_onnx(name: str, path: str | os.PathLike, seed: int = 0) -> None:
+    """Write the model to `path` atomically (temp file in the same directory, then os.replace)."""
+    proto = to_model_proto(name, seed)
+    target = os.fspath(path)
+    directory, base = os.path.split(os.path.abspath(target))
+    tmp = os.path.join(directory, f".{base}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "xb") as f:  # "x": never clobber; default permissions honour the umask
+            f.write(proto.SerializeToString())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,188 @@
+"""Tests for korch.zoo: registry, determinism, atomic export, mini-model ONNX parity, full-model sanity."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from korch import zoo
+from korch.errors import KorchError
+from korch.zoo import export as zoo_export
+
+# onnxruntime vs torch eager, max abs difference relative to the output's max magnitude. Random
+# deep conv nets are ill-conditioned in fp32: torch fp32 vs fp64 alone differs by up to ~8e-5 of
+# scale on yolox-mini, and ORT differs from torch by <= ~7e-5 (yolov4-mini); 5e-4 leaves headroom.
+PARITY_RTOL = 5e-4
+# Two different random inputs must move the output by more than this fraction of its scale.
+MIN_CHANGE = 1e-3
+# Random weights must give neither vanishing nor exploding outputs: max |output| within this range.
+SCALE_RANGE = (0.05, 100.0)
+
+FULL_NAMES = ("candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "bert-base", "vit-b16")
+MINI_NAMES = (
+    "candy-mini", "segformer-mini", "efficientvit-mini", "yolox-mini", "yolov4-mini", "bert-mini", "vit-mini",
+)
+MINI_OF = dict(zip(FULL_NAMES, MINI_NAMES))
+
+# Op types of each full model's exported graph (torch 2.13 dynamo exporter + onnxscript 0.7.2
+# optimizer, opset 18; BatchNorm is folded into Conv). Each mini variant must use the same set.
+FULL_OP_TYPES: dict[str, set[str]] = {
+    "candy": {"Add", "Conv", "InstanceNormalization", "Pad", "Relu", "Resize"},
+    "segformer-b0": {
+        "Add", "Concat", "Conv", "Div", "Erf", "LayerNormalization", "MatMul", "Mul", "Relu", "Reshape",
+        "Resize", "Softmax", "Split", "Transpose",
+    },
+    "efficientvit-b1": {
+        "Add", "Concat", "Conv", "Div", "Gemm", "HardSwish", "LayerNormalization", "MatMul", "Pad",
+        "ReduceMean", "Relu", "Reshape", "Slice", "Split", "Transpose",
+    },
+    "yolox-nano": {
+        "Add", "Concat", "Conv", "MaxPool", "Mul", "Reshape", "Resize", "Sigmoid", "Slice", "Transpose",
+    },
+    "yolov4": {"Add", "Concat", "Conv", "LeakyRelu", "MaxPool", "Mish", "Resize"},
+    "bert-base": {
+        "Add", "Div", "Erf", "Gather", "LayerNormalization", "MatMul", "Mul", "Reshape", "Softmax",
+        "Transpose",
+    },
+    "vit-b16": {
+        "Add", "Concat", "Conv", "Div", "Erf", "Gather", "Gemm", "LayerNormalization", "MatMul", "Mul",
+        "Reshape", "Softmax", "Transpose",
+    },
+}
+
+
+def _seed(name: str, salt: str) -> int:
+    """A fixed per-test seed derived from the model name and the test."""
+    return zlib.crc32(f"{salt}:{name}".encode())
+
+
+def _random_inputs(model: zoo.ZooModel, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for spec in model.inputs:
+        if spec.dtype == "int64":
+            out[spec.name] = rng.integers(0, spec.high, size=spec.shape, dtype=np.int64)
+        else:
+            out[spec.name] = rng.standard_normal(spec.shape, dtype=np.float32)
+    return out
+
+
+def _eager(module: torch.nn.Module, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    with torch.no_grad():
+        out = module(*[torch.from_numpy(v) for v in inputs.values()])
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return [o.numpy() for o in outs]
+
+
+def _assert_sensitive(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> None:
+    """Outputs are finite, well scaled, and differ materially between the two inputs."""
+    for x, y in zip(a, b, strict=True):
+        assert np.isfinite(x).all() and np.isfinite(y).all()
+        scale = float(np.abs(x).max())
+        assert SCALE_RANGE[0] < scale < SCALE_RANGE[1], scale
+        assert float(np.abs(x - y).max()) > MIN_CHANGE * scale
+
+
+def test_registry_lists_all_models() -> None:
+    assert tuple(m.name for m in zoo.list_models(include_mini=False)) == FULL_NAMES
+    all_models = zoo.list_models()
+    assert {m.name for m in all_models} == set(FULL_NAMES) | set(MINI_NAMES)
+    assert all(m.mini == (m.name in MINI_NAMES) for m in all_models)
+    for m in all_models:
+        assert m.description and m.outputs and m.inputs
+        assert zoo.get_model(m.name) is m
+
+
+@pytest.mark.parametrize("call", [zoo.get_model, zoo.build_module, zoo.example_inputs, zoo.to_model_proto])
+def test_unknown_model_lists_valid_names(call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(zoo.UnknownModelError) as info:
+        call("resnet-9000")
+    assert isinstance(info.value, ValueError) and isinstance(info.value, KorchError)
+    message = str(info.value)
+    assert "resnet-9000" in message
+    for name in FULL_NAMES + MINI_NAMES:
+        assert name in message
+
+
+def test_build_and_inputs_are_deterministic() -> None:
+    a = zoo.build_module("yolox-mini", seed=3).state_dict()
+    b = zoo.build_module("yolox-mini", seed=3).state_dict()
+    c = zoo.build_module("yolox-mini", seed=4).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a if a[k].is_floating_point())
+    x, y = zoo.example_inputs("bert-mini", seed=5), zoo.example_inputs("bert-mini", seed=5)
+    assert x.keys() == {"input_ids"} and np.array_equal(x["input_ids"], y["input_ids"])
+    high = zoo.get_model("bert-mini").inputs[0].high
+    assert x["input_ids"].dtype == np.int64 and high is not None and x["input_ids"].max() < high
+
+
+def test_export_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "model.onnx"
+
+    def boom(src: str, dst: str) -> None:
+        raise OSError("simulated failure")
+
+    monkeypatch.setattr(zoo_export.os, "replace", boom)
+    with pytest.raises(OSError, match="simulated"):
+        zoo.export_onnx("vit-mini", target)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    zoo.export_onnx("vit-mini", target)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.onnx"]
+
+
+@pytest.mark.parametrize("name", MINI_NAMES)
+def test_mini_model_exports_and_matches_eager(name: str, tmp_path: Path) -> None:
+    model = zoo.get_model(name)
+    path = tmp_path / f"{name}.onnx"
+    zoo.export_onnx(name, path)
+    proto = onnx.load(os.fspath(path))
+    onnx.checker.check_model(proto, full_check=True)
+    assert proto.ir_version == 10
+    assert not proto.functions
+    assert {n.domain for n in proto.graph.node} <= {""}
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    full = next(f for f, m in MINI_OF.items() if m == name)
+    assert {n.op_type for n in proto.graph.node} == FULL_OP_TYPES[full]
+
+    session = ort.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"])
+    sess_inputs = session.get_inputs()
+    assert [i.name for i in sess_inputs] == [s.name for s in model.inputs]
+    assert [tuple(i.shape) for i in sess_inputs] == [s.shape for s in model.inputs]
+    assert [o.name for o in session.get_outputs()] == list(model.outputs)
+
+    module = zoo.build_module(name)
+    rng = np.random.default_rng(_seed(name, "mini"))
+    first, second = _random_inputs(model, rng), _random_inputs(model, rng)
+    ort_first = session.run(None, first)
+    eager_first = _eager(module, first)
+    for got, want in zip(ort_first, eager_first, strict=True):
+        assert got.shape == want.shape and got.dtype == np.float32
+        scale = float(np.abs(want).max())
+        assert float(np.abs(got - want).max()) <= PARITY_RTOL * scale
+    _assert_sensitive(ort_first, session.run(None, second))
+    _assert_sensitive(eager_first, _eager(module, second))
+
+
+def test_to_model_proto_is_in_memory_model() -> None:
+    proto = zoo.to_model_proto("candy-mini", seed=1)
+    assert isinstance(proto, onnx.ModelProto) and proto.ir_version == 10
+    assert [i.name for i in proto.graph.input] == ["input"]
+    assert [o.name for o in proto.graph.output] == ["output"]
+
+
+@pytest.mark.parametrize("name", FULL_NAMES)
+def test_full_model_output_depends_on_input(name: str) -> None:
+    model = zoo.get_model(name)
+    module = zoo.build_module(name)
+    assert not module.training
+    rng = np.random.default_rng(_seed(name, "full"))
+    first, second = _random_inputs(model, rng), _random_inputs(model, rng)
+    _assert_sensitive(_eager(module, first), _eager(module, second))
