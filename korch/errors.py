@@ -13,6 +13,7 @@ class ExitCode(IntEnum):
     SHAPE = 5              # symbolic/unknown dims, bad --input-shape, non-static values
     VERIFY = 6             # result disagrees with onnxruntime
     IO = 7                 # cannot write the output
+    CACHE = 8              # profile database unreadable, corrupt, newer schema, or cache dir unwritable
 
 
 class KorchError(Exception):

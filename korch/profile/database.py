@@ -1,0 +1,373 @@
+"""The profile database: measured kernel times, kept across runs in one SQLite file.
+
+A record is keyed by (candidate_key, backend, backend_version, threads, machine): the candidate's
+canonical structural key (so identical blocks share one measurement), the kernel provider and the
+library versions that shape its code, the thread count the kernel was compiled and timed with, and
+a fingerprint of the machine. Its value is a timing (median, 10th and 90th percentiles, runs) when
+the kernel was measured, or a rejection with its reason (it disagreed with the reference, or the
+backend could not compile it), so a later run neither re-times nor retries it.
+
+Durability: SQLite in WAL mode, each `put` its own committed transaction, so a measurement that `put`
+returned from survives the process being killed at any moment; `synchronous=NORMAL` means only a
+power loss can drop the last few commits, and never corrupts the file. Several processes may write
+one file at once (WAL readers never block; writers wait up to BUSY_TIMEOUT_S for each other).
+
+The file is the user's: a file that is not a korch profile database, is corrupt, or was written by a
+newer korch is reported as a ProfileDBError and left byte for byte as it was, never repaired.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import platform
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from types import TracebackType
+
+from korch.errors import ExitCode, KorchError
+from korch.profile.timing import Timing
+
+log = logging.getLogger("korch.profile")
+
+# Bump when the tables change; a file with a higher version is refused, never rewritten.
+SCHEMA_VERSION = 1
+DB_FILENAME = "profiles.sqlite"
+# A writer holds the lock for one small transaction; a minute covers a heavily loaded machine.
+BUSY_TIMEOUT_S = 60.0
+# Pause between attempts to open a file another process is switching to WAL or creating.
+OPEN_RETRY_S = 0.01
+# Keys per lookup query: under the 999 bound-parameter limit of older SQLite builds, with room to spare.
+GET_MANY_CHUNK = 500
+
+_ADVICE_DELETE = "Delete the file or pass another --cache directory"
+_ADVICE_FOREIGN = "It is not korch's file: pass another --cache directory"
+_ADVICE_OTHER_CACHE = "Check the disk and permissions, or pass another --cache directory"
+_ADVICE_WAIT = "Wait for the other korch process, or pass another --cache directory"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_KEY_COLUMNS = ("candidate_key", "backend", "backend_version", "threads", "machine")
+_VALUE_COLUMNS = ("median_s", "p10_s", "p90_s", "runs", "status", "reason", "created_at")   # Record's order
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS profiles (
+    candidate_key TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    backend_version TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    machine TEXT NOT NULL,
+    median_s REAL,
+    p10_s REAL,
+    p90_s REAL,
+    runs INTEGER NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('ok', 'rejected')),
+    reason TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY ({", ".join(_KEY_COLUMNS)})
+) WITHOUT ROWID;
+"""
+
+
+class ProfileDBError(KorchError):
+    """The profile database cannot be used: unreadable, corrupt, foreign, too new, or not writable."""
+
+    exit_code = ExitCode.CACHE
+
+
+class Status(str, Enum):
+    OK = "ok"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measurement (status OK, with a timing) or one rejection (status REJECTED, with a reason)."""
+
+    candidate_key: str
+    backend: str
+    backend_version: str
+    threads: int
+    machine: str
+    median_s: float | None
+    p10_s: float | None
+    p90_s: float | None
+    runs: int
+    status: Status
+    reason: str = ""
+    created_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+        for name in ("median_s", "p10_s", "p90_s"):              # no timing: None (SQLite stores NaN as NULL)
+            value = getattr(self, name)
+            if value is not None and math.isnan(value):
+                object.__setattr__(self, name, None)
+        timed = (self.median_s, self.p10_s, self.p90_s)
+        if self.status is Status.OK and (None in timed or self.runs < 1):
+            raise ValueError(f"an ok record needs median_s, p10_s, p90_s and runs >= 1: {self}")
+        if self.status is Status.REJECTED and not self.reason:
+            raise ValueError(f"a rejected record needs a reason: {self}")
+
+    @classmethod
+    def ok(cls, candidate_key: str, backend: str, backend_version: str, threads: int, machine: str,
+           timing: Timing) -> Record:
+        return cls(candidate_key, backend, backend_version, threads, machine,
+                   timing.median_s, timing.p10_s, timing.p90_s, timing.runs, Status.OK)
+
+    @classmethod
+    def rejected(cls, candidate_key: str, backend: str, backend_version: str, threads: int, machine: str,
+                 reason: str) -> Record:
+        return cls(candidate_key, backend, backend_version, threads, machine, None, None, None, 0, Status.REJECTED,
+                   reason)
+
+    @property
+    def timing(self) -> Timing | None:
+        if self.status is not Status.OK:
+            return None
+        assert self.median_s is not None and self.p10_s is not None and self.p90_s is not None
+        return Timing(self.median_s, self.p10_s, self.p90_s, self.runs)
+
+
+class ProfileDB:
+    """Profile records in one SQLite file. One object per process (or thread); close it, or use `with`."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._conn: sqlite3.Connection | None = _open(self.path)
+
+    def __enter__(self) -> ProfileDB:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def get(self, candidate_key: str, backend: str, backend_version: str, threads: int,
+            machine: str) -> Record | None:
+        return self.get_many([candidate_key], backend, backend_version, threads, machine).get(candidate_key)
+
+    def get_many(self, candidate_keys: Iterable[str], backend: str, backend_version: str, threads: int,
+                 machine: str) -> dict[str, Record]:
+        """The stored records among `candidate_keys` for one backend, version, thread count and machine.
+
+        One query per GET_MANY_CHUNK keys. Keys without a record are absent from the result.
+        """
+        keys = list(dict.fromkeys(candidate_keys))
+        columns = ", ".join(_KEY_COLUMNS + _VALUE_COLUMNS)
+        found: dict[str, Record] = {}
+        for start in range(0, len(keys), GET_MANY_CHUNK):
+            chunk = keys[start:start + GET_MANY_CHUNK]
+            sql = (f"SELECT {columns} FROM profiles WHERE backend = ? AND backend_version = ? AND threads = ? "
+                   f"AND machine = ? AND candidate_key IN ({', '.join('?' * len(chunk))})")
+            for row in self._query(sql, (backend, backend_version, threads, machine, *chunk)):
+                found[row[0]] = Record(*row)
+        return found
+
+    def put(self, record: Record) -> None:
+        """Store one record (replacing one with the same key), committed before this returns."""
+        self.put_many([record])
+
+    def put_many(self, records: Iterable[Record]) -> None:
+        """Store records in one transaction: all of them are committed when this returns, or none."""
+        rows = [_row(r) for r in records]
+        if not rows:
+            return
+        names = _KEY_COLUMNS + _VALUE_COLUMNS
+        sql = f"INSERT OR REPLACE INTO profiles ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(sql, rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
+
+    def count(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM profiles", ())[0][0])
+
+    def _query(self, sql: str, params: Sequence[object]) -> list[tuple]:
+        try:
+            return self._connection().execute(sql, params).fetchall()
+        except sqlite3.Error as e:
+            raise _error(self.path, f"cannot read: {e}", advice=_ADVICE_OTHER_CACHE) from e
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise ValueError(f"profile database {self.path} is closed")
+        return self._conn
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_CACHE_HOME/korch`, or `~/.cache/korch`. For the CLI's default `--cache`; the only env read here."""
+    env = os.environ if environ is None else environ
+    xdg = env.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"   # XDG: ignore relative
+    return base / "korch"
+
+
+def machine_fingerprint(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """CPU model, CPU count and platform: the same string on every run on one machine."""
+    model = _cpu_model(cpuinfo) or platform.processor() or "unknown cpu"
+    return f"{model} | {os.cpu_count()} cpus | {platform.system()} {platform.machine()}"
+
+
+def _cpu_model(cpuinfo: Path) -> str | None:
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return None
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and value.strip():
+            fields.setdefault(name.strip().lower(), " ".join(value.split()))
+    for name in ("model name", "cpu model", "model", "hardware", "processor"):   # x86, MIPS, ARM boards
+        if name in fields and not fields[name].isdigit():
+            return fields[name]
+    return None
+
+
+def _row(record: Record) -> tuple[object, ...]:
+    return (record.candidate_key, record.backend, record.backend_version, record.threads, record.machine,
+            record.median_s, record.p10_s, record.p90_s, record.runs, record.status.value, record.reason,
+            record.created_at)
+
+
+def _error(path: Path, problem: str, advice: str = _ADVICE_DELETE) -> ProfileDBError:
+    return ProfileDBError(f"profile database {path}: {problem}. {advice}.")
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """Connect and prepare the file, retrying while another process holds a lock that SQLite will not wait on.
+
+    Switching a new file to WAL needs an exclusive lock and SQLite reports "locked" at once, without
+    its busy timeout, when another process is doing the same; every step before the schema commit
+    only reads or is idempotent, so the whole opening is simply tried again.
+    """
+    _ensure_dir(path.parent)
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return _open_once(path)
+        except sqlite3.Error as e:
+            if not _is_busy(e):
+                raise _error(path, f"cannot open: {e}", advice=_ADVICE_OTHER_CACHE) from e
+            if time.monotonic() > deadline:
+                raise _error(path, f"still locked by another process after {BUSY_TIMEOUT_S:.0f} s",
+                             advice=_ADVICE_WAIT) from e
+            time.sleep(OPEN_RETRY_S)
+
+
+def _open_once(path: Path) -> sqlite3.Connection:
+    """Check the file before anything writes to it, then switch to WAL and create the tables if needed."""
+    existing = _check_existing_file(path)
+    uri = f"{path.resolve().as_uri()}?mode={'rw' if existing else 'rwc'}"
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        version = None
+        if existing:
+            _check_integrity(conn, path)
+            version = _schema_version(conn, path)    # refuses foreign and newer files before WAL touches them
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise _error(path, f"cannot use WAL journal mode (got {mode!r})", advice=_ADVICE_OTHER_CACHE)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        if version is None:
+            _create_schema(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _is_busy(e: sqlite3.Error) -> bool:
+    code = getattr(e, "sqlite_errorcode", None)                 # Python >= 3.11
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(e) or "busy" in str(e)
+
+
+def _ensure_dir(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ProfileDBError(f"cannot create the profile cache directory {directory}: {e.strerror or e}. "
+                             f"Pass another --cache directory.") from e
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ProfileDBError(f"the profile cache directory {directory} is not writable. "
+                             f"Pass another --cache directory.")
+
+
+def _check_existing_file(path: Path) -> bool:
+    """True if `path` holds data; raises if it is not an SQLite file. Reads only; an empty file counts as new."""
+    if path.is_dir():
+        raise _error(path, "is a directory, not a file")
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(_SQLITE_MAGIC))
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise _error(path, f"cannot read: {e.strerror or e}") from e
+    if not header:
+        return False
+    if header != _SQLITE_MAGIC:
+        raise _error(path, "is not an SQLite database (corrupt, or some other file)")
+    return True
+
+
+def _check_integrity(conn: sqlite3.Connection, path: Path) -> None:
+    try:
+        problems = [row[0] for row in conn.execute("PRAGMA integrity_check").fetchall()]
+    except sqlite3.DatabaseError as e:
+        if _is_busy(e):
+            raise
+        raise _error(path, f"is corrupt ({e})") from e
+    if problems != ["ok"]:
+        raise _error(path, f"is corrupt (integrity check: {'; '.join(problems[:3])})")
+
+
+def _schema_version(conn: sqlite3.Connection, path: Path) -> int | None:
+    """The file's schema version; None for a database with no tables yet. Raises if korch cannot use it."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return None
+    if "korch_schema" not in tables or "profiles" not in tables:
+        raise _error(path, f"is an SQLite database but not a korch profile database (tables: {sorted(tables)})",
+                     advice=_ADVICE_FOREIGN)
+    versions = [row[0] for row in conn.execute("SELECT version FROM korch_schema")]
+    if len(versions) != 1 or not isinstance(versions[0], int) or versions[0] < 1:
+        raise _error(path, f"has an unknown schema version {versions}")
+    if versions[0] > SCHEMA_VERSION:
+        raise _error(path, f"was written by a newer korch (schema version {versions[0]}; "
+                           f"this korch reads version {SCHEMA_VERSION})")
+    return versions[0]
+
+
+def _create_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the tables unless present; under the write lock, so two processes creating one file agree."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _schema_version(conn, path) is None:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO korch_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+            log.debug("created profile database %s (schema version %d)", path, SCHEMA_VERSION)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

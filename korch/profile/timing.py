@@ -1,0 +1,117 @@
+"""The timing harness: how long a callable takes, as a median with its spread.
+
+`measure` times one callable: warm-up calls first, then timed calls until both a minimum number of
+runs and a minimum total time are reached (a fast kernel gets many runs, so that timer resolution and
+jitter average out; a slow one gets `repeats`), never more than a run cap. `interleaved` times several
+callables side by side, alternating them round by round, so that a slow phase of a noisy machine
+(another process, frequency scaling) hits every system alike instead of the one that happened to run
+during it.
+
+The clock is a parameter (nanoseconds, like `time.perf_counter_ns`) so that tests can drive a fake one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+Clock = Callable[[], int]
+
+# First calls pay one-time costs (lazy allocation, page faults, cold caches, JIT/guard set-up).
+DEFAULT_WARMUP = 3
+# Enough samples that the median and the 10th/90th percentiles are more than one outlier each.
+DEFAULT_REPEATS = 20
+# Microsecond kernels keep running until 50 ms have passed: thousands of samples, still cheap per kernel.
+DEFAULT_MIN_SECONDS = 0.05
+# Bounds a ~1 µs kernel under `min_seconds`: more samples than this no longer move the median.
+MAX_RUNS = 10_000
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: the median and the 10th and 90th percentiles over `runs` timed samples."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    runs: int
+
+
+def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS,
+            min_seconds: float = DEFAULT_MIN_SECONDS, max_runs: int = MAX_RUNS,
+            clock: Clock = time.perf_counter_ns) -> Timing:
+    """Time `fn()`: `warmup` untimed calls, then timed calls until `repeats` runs and `min_seconds` are done.
+
+    Each call is timed on its own. The time counted toward `min_seconds` is wall time since the first
+    timed call (loop overhead included), so a callable that returns at once still ends. Stops at
+    `max_runs` timed calls whatever the elapsed time.
+    """
+    _check_counts(warmup=warmup, repeats=repeats, max_runs=max_runs)
+    if min_seconds < 0:
+        raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
+    for _ in range(warmup):
+        fn()
+    min_ns = min_seconds * 1e9
+    samples: list[int] = []
+    start = clock()
+    while len(samples) < max_runs and (len(samples) < repeats or clock() - start < min_ns):
+        t0 = clock()
+        fn()
+        samples.append(clock() - t0)
+    return summarize([s / 1e9 for s in samples])
+
+
+def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup: int = DEFAULT_WARMUP,
+                calls_per_round: int = 1, clock: Clock = time.perf_counter_ns) -> dict[str, Timing]:
+    """Time several systems side by side: in each round every system runs `calls_per_round` calls.
+
+    The order of the systems rotates from round to round, so no system always runs right after the
+    same neighbour. One sample per system and round: the mean time per call of that round (use
+    `calls_per_round` > 1 when a single call is near the timer's resolution). `Timing.runs` is the
+    number of rounds.
+    """
+    _check_counts(warmup=warmup, repeats=rounds, max_runs=rounds)
+    if calls_per_round < 1:
+        raise ValueError(f"calls_per_round must be >= 1, got {calls_per_round}")
+    if not fns:
+        raise ValueError("interleaved needs at least one callable")
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
+            t0 = clock()
+            for _ in range(calls_per_round):
+                fn()
+            samples[name].append((clock() - t0) / 1e9 / calls_per_round)
+    return {name: summarize(samples[name]) for name in names}
+
+
+def summarize(samples_s: Sequence[float]) -> Timing:
+    """Median and 10th/90th percentiles (linear interpolation between order statistics)."""
+    if not samples_s:
+        raise ValueError("no samples to summarize")
+    ordered = sorted(samples_s)
+    return Timing(median_s=_quantile(ordered, 0.5), p10_s=_quantile(ordered, 0.1),
+                  p90_s=_quantile(ordered, 0.9), runs=len(ordered))
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _check_counts(*, warmup: int, repeats: int, max_runs: int) -> None:
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if max_runs < repeats:
+        raise ValueError(f"max_runs ({max_runs}) is below repeats ({repeats})")

@@ -1,0 +1,113 @@
+"""The timing harness: run counts, stopping rules and statistics on a fake clock; one real sleep check."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from korch.profile.timing import Timing, interleaved, measure, summarize
+
+# Fake-clock results are exact up to float rounding of ns -> s conversions.
+REL = 1e-9
+
+
+class FakeClock:
+    """A nanosecond clock that moves only when a scripted callable says so."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.calls: list[str] = []
+
+    def __call__(self) -> int:
+        return self.now
+
+    def task(self, name: str, durations_ns: Sequence[int]) -> Callable[[], None]:
+        """A callable that advances the clock by the next duration (cycling) and logs its name."""
+        counter = iter(range(10**9))
+
+        def run() -> None:
+            self.calls.append(name)
+            self.now += durations_ns[next(counter) % len(durations_ns)]
+        return run
+
+
+def test_warmup_calls_are_not_timed() -> None:
+    clock = FakeClock()
+    # The two warm-up calls are slow (1 ms); every timed call takes 1 µs.
+    fn = clock.task("f", [1_000_000, 1_000_000] + [1_000] * 100)
+    timing = measure(fn, warmup=2, repeats=5, min_seconds=0.0, clock=clock)
+    assert timing == Timing(median_s=pytest.approx(1e-6, rel=REL), p10_s=pytest.approx(1e-6, rel=REL),
+                            p90_s=pytest.approx(1e-6, rel=REL), runs=5)
+    assert len(clock.calls) == 7
+
+
+def test_median_and_percentiles_interpolate() -> None:
+    clock = FakeClock()
+    fn = clock.task("f", [7_000, 1_000, 10_000, 3_000, 5_000, 2_000, 9_000, 4_000, 8_000, 6_000])
+    timing = measure(fn, warmup=0, repeats=10, min_seconds=0.0, clock=clock)
+    assert timing.runs == 10
+    assert timing.median_s == pytest.approx(5.5e-6, rel=REL)
+    assert timing.p10_s == pytest.approx(1.9e-6, rel=REL)     # 1 + 0.9 * (2 - 1) µs
+    assert timing.p90_s == pytest.approx(9.1e-6, rel=REL)     # 9 + 0.1 * (10 - 9) µs
+
+
+def test_min_seconds_extends_runs_beyond_repeats() -> None:
+    clock = FakeClock()
+    fn = clock.task("f", [1_000_000])                          # 1 ms per call
+    timing = measure(fn, warmup=0, repeats=3, min_seconds=0.010, clock=clock)
+    assert timing.runs == 10
+
+
+def test_repeats_extend_runs_beyond_min_seconds() -> None:
+    clock = FakeClock()
+    fn = clock.task("f", [1_000_000])
+    assert measure(fn, warmup=0, repeats=25, min_seconds=0.010, clock=clock).runs == 25
+
+
+def test_max_runs_bounds_a_callable_that_takes_no_time() -> None:
+    clock = FakeClock()
+    fn = clock.task("f", [0])                                  # the fake clock never reaches min_seconds
+    timing = measure(fn, warmup=0, repeats=3, min_seconds=1.0, max_runs=50, clock=clock)
+    assert timing.runs == 50
+    assert timing.median_s == 0.0
+
+
+@pytest.mark.parametrize("kwargs", [dict(warmup=-1), dict(repeats=0), dict(min_seconds=-0.1),
+                                    dict(repeats=10, max_runs=5)])
+def test_measure_rejects_bad_arguments(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        measure(lambda: None, **kwargs)  # type: ignore[arg-type]
+
+
+def test_real_sleep_is_at_least_its_duration() -> None:
+    # time.sleep never returns early, so the lower bound holds on any machine; no upper bound is asserted.
+    timing = measure(lambda: time.sleep(0.002), warmup=1, repeats=5, min_seconds=0.0)
+    assert timing.runs == 5
+    assert 0.002 <= timing.p10_s <= timing.median_s <= timing.p90_s
+
+
+def test_interleaved_rotates_order_and_reports_per_call_means() -> None:
+    clock = FakeClock()
+    fns = {"a": clock.task("a", [1_000]), "b": clock.task("b", [3_000]), "c": clock.task("c", [2_000])}
+    timings = interleaved(fns, rounds=6, warmup=1, calls_per_round=4, clock=clock)
+    assert {name: t.median_s for name, t in timings.items()} == {
+        "a": pytest.approx(1e-6, rel=REL), "b": pytest.approx(3e-6, rel=REL), "c": pytest.approx(2e-6, rel=REL)}
+    assert all(t.runs == 6 for t in timings.values())
+    timed = clock.calls[3:]                                    # after one warm-up call each
+    firsts = [timed[r * 12] for r in range(6)]                 # 3 systems x 4 calls per round
+    assert firsts == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_interleaved_needs_callables_and_rounds() -> None:
+    with pytest.raises(ValueError):
+        interleaved({}, rounds=3)
+    with pytest.raises(ValueError):
+        interleaved({"a": lambda: None}, rounds=0)
+
+
+def test_summarize_single_sample_and_empty() -> None:
+    assert summarize([0.25]) == Timing(0.25, 0.25, 0.25, 1)
+    with pytest.raises(ValueError):
+        summarize([])
