@@ -62,3 +62,22 @@ def test_matches_brute_force_on_random_problems(seed: int) -> None:
 def test_unproducible_value_is_named() -> None:
     with pytest.raises(SelectionError, match="'m'"):
         solve([Option("k", frozenset({"m"}), frozenset({"y"}), 1.0)], {"x"}, ["y"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cover_cuts_keep_the_optimum_on_a_real_graph(seed: int) -> None:
+    """On enumerated candidates of a real graph with random costs, the cover cuts change the bound,
+    never the optimum."""
+    from korch.candidates import CandidateLimits, enumerate_candidates
+    from tests.candidates.test_enumerate import _two_blocks
+
+    graph = _two_blocks()
+    rng = np.random.default_rng(seed)
+    options = [Option(str(c.nodes), frozenset(c.inputs), frozenset(c.outputs),
+                      float(c.size * rng.uniform(0.3, 1.0)), frozenset(c.nodes))
+               for c in enumerate_candidates(graph, CandidateLimits(max_nodes=4))]
+    plain = solve(options, graph.inputs, graph.outputs)
+    cut = solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes)))
+    assert plain.optimal and cut.optimal
+    assert cut.cost == pytest.approx(plain.cost)
+    assert _feasible(list(cut.chosen), set(graph.inputs), list(graph.outputs))
