@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
-from korch.errors import ExitCode, KorchError, ShapeError, VerificationError
+from korch.errors import KorchError, ShapeError, UsageError, VerificationError
 
 log = logging.getLogger("korch.cli")
 
@@ -57,6 +59,123 @@ def cmd_fission(args: argparse.Namespace) -> int:
     return 0
 
 
+class ProgressBar:
+    """Counts, rate and ETA on stderr; redrawn in place on a terminal, every 10% otherwise."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label, self.enabled = label, enabled
+        self.start = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.last_decile = -1
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if not self.enabled or total == 0:
+            return
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / done * (total - done) if done else 0.0
+        line = f"{self.label} [{what}] {done}/{total} ({100 * done // total}%) {elapsed:.0f}s elapsed, ETA {eta:.0f}s"
+        if self.tty:
+            sys.stderr.write("\r" + line + ("\n" if done == total else ""))
+        elif done * 10 // total != self.last_decile or done == total:
+            self.last_decile = done * 10 // total
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def _settings(args: argparse.Namespace):
+    from korch.pipeline import OptimizeSettings
+
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    from korch.backends import backend_names
+
+    unknown = [b for b in backends if b not in backend_names()]
+    if unknown or not backends:
+        raise UsageError(f"--backends: unknown {unknown or 'empty list'}; available: {', '.join(backend_names())}")
+    if args.threads < 1:
+        raise UsageError("--threads must be >= 1")
+    return OptimizeSettings(threads=args.threads, backends=backends)
+
+
+def _open_db(args: argparse.Namespace):
+    from korch.profile.database import ProfileDB, default_cache_dir
+
+    directory = Path(args.cache) if args.cache else default_cache_dir()
+    return ProfileDB(directory / "profiles.sqlite")
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from korch.pipeline import optimize
+    from korch.plan import save_plan
+
+    settings = _settings(args)
+    with _open_db(args) as db:
+        plan, _, stats = optimize(args.model, db, settings, _input_shapes(args.input_shape),
+                                  progress=ProgressBar("profiling", not args.quiet))
+    save_plan(plan, args.output)
+    if not args.quiet:
+        print(format_summary(stats, plan.kernels_by_backend()))
+        print(f"wrote plan {args.output}")
+    return 0
+
+
+def format_summary(stats: dict, by_backend: dict[str, int]) -> str:
+    rows = [
+        ("primitives", f"{stats['primitives']}"),
+        ("candidates", f"{stats['candidates']} enumerated, {stats['unique_candidates']} unique keys"),
+        ("profiled", f"{stats['profiled_new']} new, {stats['profiled_cached']} from cache"),
+        ("kernels", f"{stats['kernels']}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items()))),
+        ("predicted", f"{stats['predicted_ms']:.3f} ms (sum of profiled kernel medians)"),
+        ("solver", f"{stats['solve_seconds']:.3f} s, gap {stats['gap']:.1e}, "
+                   f"{'proven optimal' if stats['optimal'] else 'NOT proven optimal'}"),
+        ("check", f"max relative error vs onnxruntime {stats['max_rel_error']:.2e}"),
+        ("time", ", ".join(f"{k.removesuffix('_seconds')} {stats[k]:.1f} s" for k in
+                           ("load_seconds", "fission_seconds", "candidates_seconds", "profile_seconds",
+                            "compile_check_seconds", "optimize_seconds") if k in stats)),
+    ]
+    return "\n".join(f"{k:<11} {v}" for k, v in rows)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    import korch.runtime as runtime
+    from korch.io import atomic_write
+    from korch.verify import random_feeds
+
+    session = runtime.load(args.plan)
+    if args.inputs:
+        try:
+            with np.load(args.inputs, allow_pickle=False) as archive:
+                feeds = {k: archive[k] for k in archive.files}
+        except (OSError, ValueError) as e:
+            raise UsageError(f"{args.inputs}: cannot read inputs ({e})") from None
+    else:
+        feeds = random_feeds(session.plan.graph, args.seed)
+        print(f"inputs      random (seed {args.seed}); pass --inputs FILE.npz for your own")
+    outputs = dict(zip([n for n, _ in session.get_outputs()], session.run(None, feeds)))
+    for name, value in outputs.items():
+        print(f"output      {name}: {value.dtype}{list(value.shape)} mean {float(value.mean()):.6g} "
+              f"max|.| {float(np.abs(value).max()):.6g}")
+    if args.output:
+        atomic_write(args.output, lambda tmp: np.savez(open(tmp, "wb"), **outputs))
+        print(f"wrote       {args.output}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from korch.bench import bench, format_table, write_json
+
+    settings = _settings(args)
+    with _open_db(args) as db:
+        result = bench(args.model, db, args.threads, args.plan, rounds=args.rounds, settings=settings,
+                       measure_rss=not args.no_rss)
+    print(format_table(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
 def cmd_zoo_list(args: argparse.Namespace) -> int:
     from korch import zoo
 
@@ -88,6 +207,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", action="append", metavar="NAME=D1xD2...", help="fix an input's shape (repeatable)")
     p.add_argument("--dump", metavar="FILE", help="write the primitive graph as text ('-' for stdout)")
     p.set_defaults(run=cmd_fission)
+
+    def orchestration_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--threads", type=int, default=1, help="threads per kernel (default 1)")
+        p.add_argument("--backends", default="onnxruntime,inductor",
+                       help="kernel providers to choose from (default onnxruntime,inductor)")
+        p.add_argument("--cache", metavar="DIR", help="profile database directory (default: the user cache dir)")
+
+    p = sub.add_parser("optimize", help="choose the fastest kernels for a model and save the plan")
+    p.add_argument("model", help="an .onnx file or a zoo model name")
+    p.add_argument("-o", "--output", required=True, metavar="PLAN_DIR")
+    p.add_argument("--input-shape", action="append", metavar="NAME=D1xD2...", help="fix an input's shape (repeatable)")
+    orchestration_flags(p)
+    p.set_defaults(run=cmd_optimize)
+
+    p = sub.add_parser("run", help="run a saved plan")
+    p.add_argument("plan", metavar="PLAN_DIR")
+    p.add_argument("--inputs", metavar="FILE.npz", help="feeds by input name (default: random)")
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="save the outputs")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=cmd_run)
+
+    p = sub.add_parser("bench", help="korch vs onnxruntime vs torch.compile, side by side")
+    p.add_argument("model", help="an .onnx file or a zoo model name")
+    p.add_argument("--plan", metavar="PLAN_DIR", help="a saved plan (default: optimize now, using the cache)")
+    p.add_argument("--json", metavar="OUT.json")
+    p.add_argument("--rounds", type=int, default=30, help="interleaved rounds (default 30)")
+    p.add_argument("--no-rss", action="store_true", help="skip the peak-memory runs (separate processes)")
+    orchestration_flags(p)
+    p.set_defaults(run=cmd_bench)
 
     z = sub.add_parser("zoo", help="built-in random-weight models").add_subparsers(dest="zoo_command", required=True,
                                                                                  metavar="ZOO_COMMAND")

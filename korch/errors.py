@@ -22,6 +22,12 @@ class KorchError(Exception):
     exit_code: ExitCode = ExitCode.USAGE
 
 
+class UsageError(KorchError):
+    """A bad command-line value or API argument."""
+
+    exit_code = ExitCode.USAGE
+
+
 class ModelLoadError(KorchError):
     exit_code = ExitCode.BAD_MODEL
 

@@ -1,0 +1,74 @@
+"""The kernel-provider contract and registry.
+
+A backend turns a candidate's standalone primitive graph into a compiled Kernel, or says why it
+cannot. Legality ("can this backend run this graph at all") is `supports`; speed is measured by the
+profiler, never guessed here.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from korch.ir.graph import Graph
+
+
+class Kernel(ABC):
+    """A compiled candidate: `run(inputs)` takes arrays in graph.inputs order, returns graph.outputs order.
+
+    Inputs are C-contiguous numpy arrays of the declared dtypes and shapes; a kernel must not modify
+    them. Outputs are numpy arrays (they may share memory with the kernel's own buffers only until the
+    next call if `reuses_outputs` is set).
+    """
+
+    reuses_outputs: bool = False
+
+    @abstractmethod
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    threads: int = 1
+
+
+class Backend(ABC):
+    name: str = ""
+    version: str = ""          # library versions that change generated code (part of profile keys)
+
+    @abstractmethod
+    def supports(self, graph: Graph) -> str | None:
+        """None if this backend can compile `graph`, else the reason it cannot."""
+
+    @abstractmethod
+    def compile(self, graph: Graph, options: CompileOptions) -> Kernel:
+        """Compile a graph that `supports` accepted. Constants are part of the kernel."""
+
+
+_REGISTRY: dict[str, Callable[[], Backend]] = {}
+_INSTANCES: dict[str, Backend] = {}
+
+
+class UnknownBackendError(KeyError):
+    pass
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    if name in _REGISTRY:
+        raise RuntimeError(f"backend {name!r} registered twice")
+    _REGISTRY[name] = factory
+
+
+def get_backend(name: str) -> Backend:
+    if name not in _REGISTRY:
+        raise UnknownBackendError(f"unknown backend {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    if name not in _INSTANCES:
+        _INSTANCES[name] = _REGISTRY[name]()
+    return _INSTANCES[name]
+
+
+def backend_names() -> list[str]:
+    return sorted(_REGISTRY)

@@ -1,0 +1,49 @@
+"""The onnxruntime backend: a candidate runs as its own small onnxruntime session (ORT_ENABLE_ALL)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from korch.backends.base import Backend, CompileOptions, Kernel
+from korch.ir.graph import Graph
+from korch.ir.onnx_export import to_onnx
+
+
+def make_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxRuntimeKernel(Kernel):
+    def __init__(self, session: ort.InferenceSession, inputs: Sequence[str], outputs: Sequence[str]) -> None:
+        self.session = session
+        self.input_names = list(inputs)
+        self.output_names = list(outputs)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.session.run(self.output_names, dict(zip(self.input_names, inputs)))
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+    version = "onnxruntime-" + ort.__version__
+
+    def supports(self, graph: Graph) -> str | None:
+        return None          # every primitive lowers to a standard ONNX op (ir/onnx_export.py)
+
+    def compile(self, graph: Graph, options: CompileOptions) -> Kernel:
+        return self.compile_model(to_onnx(graph), graph.inputs, graph.outputs, options)
+
+    def compile_model(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
+                      options: CompileOptions) -> Kernel:
+        """Compile an ONNX model directly (e.g. the original ONNX nodes of a region)."""
+        return OnnxRuntimeKernel(make_session(model, options.threads), inputs, outputs)

@@ -1,0 +1,55 @@
+"""Peak resident memory of one system running a model, in a fresh process (used by korch bench).
+
+    python -m korch.bench_rss korch PLAN_DIR THREADS
+    python -m korch.bench_rss onnxruntime MODEL.onnx THREADS
+    python -m korch.bench_rss torch_compile ZOO_NAME THREADS
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+
+# Runs after loading: enough to reach the steady-state working set.
+RUNS = 5
+
+
+def main(system: str, target: str, threads: int) -> None:
+    if system == "korch":
+        import korch.runtime as runtime
+        from korch.verify import random_feeds
+
+        session = runtime.load(target)
+        feeds = random_feeds(session.plan.graph)
+        fn = lambda: session.run(None, feeds)  # noqa: E731
+    elif system == "onnxruntime":
+        import numpy as np
+        import onnx
+
+        from korch.backends.onnxruntime import make_session
+
+        session = make_session(onnx.load(target), threads)
+        # Values do not change memory use; zeros are valid for index inputs. Nothing of korch is loaded.
+        dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+                  "tensor(bool)": np.bool_, "tensor(double)": np.float64}
+        feeds = {i.name: np.zeros(i.shape, dtypes[i.type]) for i in session.get_inputs()}
+        fn = lambda: session.run(None, feeds)  # noqa: E731
+    else:
+        import torch
+
+        from korch import zoo
+
+        torch.set_num_threads(threads)
+        module = torch.compile(zoo.build_module(target), options={"freezing": True})
+        args = [torch.from_numpy(v) for v in zoo.example_inputs(target).values()]
+
+        def fn() -> object:
+            with torch.no_grad():
+                return module(*args)
+    for _ in range(RUNS):
+        fn()
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -1,0 +1,73 @@
+"""Save and load a primitive graph exactly: structure as JSON, constants as one .npz."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from korch.ir.graph import Attrs, Graph, Node
+from korch.ir.types import DType, TensorType
+
+FORMAT_VERSION = 1
+
+
+def _attr_to_json(value: Any) -> Any:
+    if isinstance(value, DType):
+        return {"dtype": value.value}
+    if isinstance(value, tuple):
+        return {"tuple": [_attr_to_json(v) for v in value]}
+    return value
+
+
+def _attr_from_json(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "dtype" in value:
+            return DType(value["dtype"])
+        return tuple(_attr_from_json(v) for v in value["tuple"])
+    return value
+
+
+def graph_to_json(graph: Graph) -> dict[str, Any]:
+    return {
+        "format": FORMAT_VERSION,
+        "name": graph.name,
+        "inputs": list(graph.inputs),
+        "outputs": list(graph.outputs),
+        "types": {k: [list(t.shape), t.dtype.value] for k, t in graph.types.items()},
+        "constants": list(graph.constants),
+        "nodes": [{"op": n.op, "inputs": list(n.inputs), "output": n.output, "origin": n.origin,
+                   "attrs": {k: _attr_to_json(v) for k, v in n.attrs.items()}} for n in graph.nodes],
+    }
+
+
+def graph_from_json(data: dict[str, Any], constants: dict[str, np.ndarray]) -> Graph:
+    if data.get("format") != FORMAT_VERSION:
+        raise ValueError(f"graph format {data.get('format')} is not {FORMAT_VERSION}")
+    for array in constants.values():
+        array.setflags(write=False)
+    nodes = tuple(Node(n["op"], tuple(n["inputs"]), n["output"],
+                       Attrs({k: _attr_from_json(v) for k, v in n["attrs"].items()}), n["origin"])
+                  for n in data["nodes"])
+    types = {k: TensorType(tuple(shape), DType(dtype)) for k, (shape, dtype) in data["types"].items()}
+    return Graph(data["name"], tuple(data["inputs"]), tuple(data["outputs"]), nodes,
+                 MappingProxyType(types), MappingProxyType({k: constants[k] for k in data["constants"]}))
+
+
+def save_graph(graph: Graph, directory: Path) -> None:
+    """Write graph.json and constants.npz into `directory` (which must exist)."""
+    (directory / "graph.json").write_text(json.dumps(graph_to_json(graph)))
+    names = list(graph.constants)
+    np.savez(directory / "constants.npz", **{f"c{k}": graph.constants[n] for k, n in enumerate(names)})
+    (directory / "constants.json").write_text(json.dumps(names))
+
+
+def load_graph(directory: Path) -> Graph:
+    data = json.loads((directory / "graph.json").read_text())
+    names = json.loads((directory / "constants.json").read_text())
+    with np.load(directory / "constants.npz", allow_pickle=False) as archive:
+        constants = {n: archive[f"c{k}"] for k, n in enumerate(names)}
+    return graph_from_json(data, constants)

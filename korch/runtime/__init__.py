@@ -1,0 +1,5 @@
+"""Running a plan: compile its steps once, then dispatch them with as little overhead as possible."""
+
+from korch.runtime.session import RunError, Session, compile_plan, load
+
+__all__ = ["RunError", "Session", "compile_plan", "load"]

@@ -1,0 +1,115 @@
+"""The plan runtime: a session whose `run(output_names, feeds)` has onnxruntime's shape.
+
+The dispatch loop is precomputed: per step, the kernel's bound `run`, the input names, the output
+names and the values whose last use it is (freed right after), so a step costs a few dict
+operations on top of the kernel's own call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from korch.backends import CompileOptions, Kernel, get_backend
+from korch.candidates import Candidate, extract_subgraph
+from korch.errors import UsageError
+from korch.ir.types import TensorType
+from korch.plan import ORIGINAL_MODEL, Plan, Step, load_plan
+
+log = logging.getLogger("korch.runtime")
+
+
+class RunError(UsageError):
+    """Bad feeds or output names given to Session.run."""
+
+
+@dataclass(frozen=True)
+class _Op:
+    run: object
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    free: tuple[str, ...]
+
+
+def compile_step(plan: Plan, step: Step) -> Kernel:
+    backend = get_backend(step.backend)
+    options = CompileOptions(threads=plan.threads)
+    if step.region == ORIGINAL_MODEL:
+        assert plan.original is not None, "an original-model step needs the original model"
+        return backend.compile_model(plan.original, step.inputs, step.outputs, options)  # type: ignore[attr-defined]
+    candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key)
+    return backend.compile(extract_subgraph(plan.graph, candidate), options)
+
+
+def compile_plan(plan: Plan) -> Session:
+    return Session(plan, [compile_step(plan, s) for s in plan.steps])
+
+
+class Session:
+    def __init__(self, plan: Plan, kernels: Sequence[Kernel]) -> None:
+        self.plan = plan
+        graph = plan.graph
+        self._input_types: dict[str, TensorType] = {n: graph.types[n] for n in graph.inputs}
+        self._outputs = graph.outputs
+        keep = set(graph.outputs)
+        last_use: dict[str, int] = {}
+        for k, step in enumerate(plan.steps):
+            for v in step.inputs:
+                last_use[v] = k
+        ops = []
+        for k, (step, kernel) in enumerate(zip(plan.steps, kernels)):
+            dead_inputs = [v for v in dict.fromkeys(step.inputs) if last_use[v] == k and v not in keep]
+            unused_outputs = [v for v in step.outputs if last_use.get(v, -1) <= k and v not in keep]
+            free = tuple(dict.fromkeys(dead_inputs + unused_outputs))
+            ops.append(_Op(kernel.run, step.inputs, step.outputs, free))
+        self._ops = tuple(ops)
+
+    def get_inputs(self) -> list[tuple[str, TensorType]]:
+        return list(self._input_types.items())
+
+    def get_outputs(self) -> list[tuple[str, TensorType]]:
+        return [(n, self.plan.graph.types[n]) for n in self._outputs]
+
+    def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [n for n in self._input_types if n not in feeds]
+        if missing:
+            raise RunError(f"missing feeds for inputs {missing}; the plan's inputs are "
+                           + ", ".join(f"{n} {t}" for n, t in self._input_types.items()))
+        env = {}
+        for name, t in self._input_types.items():
+            array = np.asarray(feeds[name])
+            if tuple(array.shape) != t.shape:
+                raise RunError(f"input {name!r}: shape {tuple(array.shape)} given, the plan needs {t}")
+            if array.dtype != t.dtype.numpy:
+                if not np.can_cast(array.dtype, t.dtype.numpy, casting="same_kind"):
+                    raise RunError(f"input {name!r}: dtype {array.dtype} given, the plan needs {t}")
+                array = array.astype(t.dtype.numpy)
+            env[name] = np.ascontiguousarray(array)
+        return env
+
+    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        names = list(output_names) if output_names else list(self._outputs)
+        unknown = [n for n in names if n not in self._outputs]
+        if unknown:
+            raise RunError(f"unknown outputs {unknown}; the plan's outputs are {list(self._outputs)}")
+        env = self._check_feeds(feeds)
+        for op in self._ops:
+            results = op.run([env[i] for i in op.inputs])   # type: ignore[operator]
+            for name, value in zip(op.outputs, results):
+                env[name] = value
+            for name in op.free:
+                del env[name]
+        return [env[n] for n in names]
+
+
+def load(plan_dir: str | os.PathLike, check_origin: bool = True) -> Session:
+    """Load a saved plan and compile its kernels. Refuses plans from another korch version or machine."""
+    from korch import __version__
+    from korch.profile.database import machine_fingerprint
+
+    plan = load_plan(plan_dir, __version__, machine_fingerprint(), check_origin=check_origin)
+    return compile_plan(plan)

@@ -1,0 +1,118 @@
+"""Orchestration end to end: optimize, save, load, run; the cache; bad plans and bad feeds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import korch.runtime as runtime
+from korch import __version__, zoo
+from korch.cli import main
+from korch.errors import ExitCode
+from korch.pipeline import OptimizeSettings, optimize
+from korch.plan import PlanError, load_plan, save_plan
+from korch.profile.database import ProfileDB, machine_fingerprint
+from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
+
+ORT_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",))
+# Without the whole-model option the plan must be assembled from primitive kernels.
+ORT_KERNELS_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",), whole_model=False)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> ProfileDB:
+    with ProfileDB(tmp_path_factory.mktemp("cache") / "profiles.sqlite") as database:
+        yield database
+
+
+@pytest.mark.parametrize("name", ["candy-mini", "bert-mini"])
+def test_plan_of_kernels_matches_onnxruntime_and_survives_save_load(name: str, db: ProfileDB, tmp_path: Path) -> None:
+    model = zoo.to_model_proto(name)
+    plan, session, stats = optimize(model, db, ORT_KERNELS_ONLY)
+    assert stats["optimal"] and stats["gap"] == 0
+    assert len(plan.steps) > 1 and all(s.region == "" for s in plan.steps)
+    covered = {i for s in plan.steps for i in s.nodes}
+    assert covered == set(range(len(plan.graph.nodes))), "every primitive is computed by some kernel"
+    feeds = random_feeds(plan.graph, seed=42)
+    expected = run_onnxruntime(model, feeds)
+    for diff in diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), expected):
+        assert diff.rel <= DEFAULT_RTOL, diff
+    save_plan(plan, tmp_path / "plan")
+    loaded = runtime.load(tmp_path / "plan")
+    for a, b in zip(loaded.run(None, feeds), session.run(None, feeds)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_second_optimize_profiles_nothing(db: ProfileDB) -> None:
+    model = zoo.to_model_proto("vit-mini")
+    _, _, first = optimize(model, db, ORT_ONLY)
+    _, _, second = optimize(model, db, ORT_ONLY)
+    assert first["profiled_new"] > 0
+    assert second["profiled_new"] == 0 and second["profiled_cached"] == first["profiled_new"] + first["profiled_cached"]
+
+
+def test_whole_model_option_bounds_the_plan(db: ProfileDB) -> None:
+    """With onnxruntime's whole-model run among the options, the predicted time can only be lower."""
+    _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
+    assert stats["predicted_ms"] <= stats["onnxruntime_whole_model_ms"] * (1 + 1e-9)
+
+
+def test_bad_feeds_and_outputs_are_named(db: ProfileDB) -> None:
+    _, session, _ = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
+    (name, t), = session.get_inputs()
+    with pytest.raises(runtime.RunError, match="missing feeds"):
+        session.run(None, {})
+    with pytest.raises(runtime.RunError, match=f"input '{name}': shape"):
+        session.run(None, {name: np.zeros((1, 2), np.float32)})
+    with pytest.raises(runtime.RunError, match="unknown outputs"):
+        session.run(["nope"], {name: np.zeros(t.shape, np.float32)})
+
+
+def test_plans_from_elsewhere_or_damaged_are_refused(db: ProfileDB, tmp_path: Path) -> None:
+    plan, _, _ = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
+    target = save_plan(plan, tmp_path / "plan")
+    meta = json.loads((target / "plan.json").read_text())
+    meta["machine"] = "another machine"
+    (target / "plan.json").write_text(json.dumps(meta))
+    with pytest.raises(PlanError, match="another machine"):
+        runtime.load(target)
+    meta["machine"], meta["korch_version"] = machine_fingerprint(), "0.0.0"
+    (target / "plan.json").write_text(json.dumps(meta))
+    with pytest.raises(PlanError, match="korch 0.0.0"):
+        load_plan(target, __version__, machine_fingerprint())
+    (target / "graph.json").write_text("{not json")
+    with pytest.raises(PlanError, match="damaged"):
+        load_plan(target, meta["korch_version"], machine_fingerprint())
+    with pytest.raises(PlanError, match="not a korch plan"):
+        runtime.load(tmp_path)
+
+
+def test_cli_optimize_run_and_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache = tmp_path / "cache"
+    plan_dir = tmp_path / "plan"
+    args = ["optimize", "bert-mini", "-o", str(plan_dir), "--backends", "onnxruntime", "--cache", str(cache)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "proven optimal" in out and "wrote plan" in out
+    assert main(["run", str(plan_dir), "-o", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as result:
+        assert result[zoo.get_model("bert-mini").outputs[0]].shape[0] == 1
+    capsys.readouterr()
+    assert main(["optimize", "bert-mini", "-o", str(tmp_path / "no" / "plan"), "--backends", "onnxruntime",
+                 "--cache", str(cache)]) == ExitCode.IO
+    assert not (tmp_path / "no").exists()
+    assert main(["optimize", "bert-mini", "-o", str(plan_dir), "--backends", "tvm", "--cache", str(cache)]) \
+        == ExitCode.USAGE
+    (tmp_path / "bad.sqlite").mkdir()
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "profiles.sqlite").write_bytes(b"this is not sqlite" * 100)
+    assert main(["optimize", "bert-mini", "-o", str(plan_dir), "--backends", "onnxruntime",
+                 "--cache", str(corrupt)]) == ExitCode.CACHE
+    assert (corrupt / "profiles.sqlite").read_bytes() == b"this is not sqlite" * 100
+    np.savez(tmp_path / "wrong.npz", input_ids=np.zeros((2, 3), np.int64))
+    assert main(["run", str(plan_dir), "--inputs", str(tmp_path / "wrong.npz")]) == ExitCode.USAGE
+    assert "shape (2, 3) given" in capsys.readouterr().err
