@@ -1,0 +1,214 @@
+"""The Inductor backend agrees with the reference backend; unsupported primitives come with a reason.
+
+Inductor compiles are slow (the first in a process ~10 s, then ~1 s), so every supported primitive
+is checked inside ONE compiled graph rather than one compile per primitive.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+# torch.compile itself triggers this deprecation inside torch; it says nothing about korch.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+
+from korch.backends.base import CompileOptions  # noqa: E402
+from korch.backends.inductor import InductorBackend  # noqa: E402
+from korch.backends.inductor.lowering import LOWERINGS  # noqa: E402
+from korch.backends.reference import run_graph  # noqa: E402
+from korch.ir.check import check_graph  # noqa: E402
+from korch.ir.graph import Graph, GraphBuilder, Value  # noqa: E402
+from korch.ir.ops import OPS  # noqa: E402
+from korch.ir.types import DType, TensorType  # noqa: E402
+from tests.backends.test_reference import CASES  # noqa: E402
+
+# Max |inductor - reference| over max |reference|, per float output; integer and bool outputs must be equal.
+RTOL = 1e-5
+F32 = np.float32
+Case = tuple[str, list[tuple[tuple[int, ...], str]], dict[str, Any]]
+
+# Semantics the one-case-per-primitive table does not pin. Extra input kinds: "n" ints with negatives,
+# "d" non-zero int divisors, "h" exact halves, "u" floats never chained, "ci" constant indices with
+# negatives, "cw" constant floats.
+EXTRA_CASES: list[Case] = [
+    ("div", [((3, 4), "n"), ((4,), "d")], {}),                              # integer div truncates toward 0
+    ("round", [((3, 4), "h")], {}),                                          # half to even
+    ("reduce_sum", [((2, 3), "f")], {"axes": (), "keepdims": False}),        # no axes: identity
+    ("reduce_max", [((2, 3), "f")], {"axes": (), "keepdims": True}),
+    ("reduce_prod", [((2, 3, 4), "p")], {"axes": (0, 1, 2), "keepdims": False}),
+    ("gather", [((5, 4), "f"), ((2, 3), "ci")], {"axis": 1}),                # negative constant indices
+    ("matmul", [((3, 8), "f"), ((8, 5), "cw")], {}),                         # frozen weight
+    ("conv", [((1, 3, 8, 8), "f"), ((4, 3, 3, 3), "cw")],
+     {"strides": (1, 1), "pads": (0, 2, 1, 1), "dilations": (1, 1), "group": 1}),
+    ("conv_transpose", [((1, 2, 4, 4), "f"), ((2, 3, 3, 3), "cw")],
+     {"strides": (2, 2), "pads": (2, 0, 0, 1), "dilations": (1, 1), "group": 1, "output_padding": (0, 1)}),
+    ("window_max", [((1, 2, 5, 5, 5), "f")], {"kernel": (2, 2, 2), "strides": (1, 2, 1), "dilations": (2, 1, 1)}),
+    ("window_mean", [((1, 2, 6, 6, 6), "f")], {"kernel": (2, 2, 2), "strides": (2, 2, 2), "dilations": (1, 1, 1)}),
+    ("pad", [((3, 4), "f")], {"pads": (2, 0, 1, 3), "mode": "edge", "value": 0.0}),
+    ("pad", [((2, 3), "n")], {"pads": (1, 0, 0, 2), "mode": "constant", "value": -2.5}),
+    ("sign", [((3, 4), "n")], {}),
+    ("cast", [((3, 4), "n")], {"to": DType.FLOAT32}),
+    ("cast", [((3, 4), "b")], {"to": DType.FLOAT32}),
+    ("cast", [((5,), "u")], {"to": DType.FLOAT32}),                         # no-op ops on a graph input:
+    ("reduce_min", [((5,), "u")], {"axes": (), "keepdims": False}),          # outputs must not alias it
+    ("pad", [((5,), "u")], {"pads": (0, 0), "mode": "edge", "value": 0.0}),
+]
+
+
+def _array(rng: np.random.Generator, shape: tuple[int, ...], kind: str, index_bound: int) -> np.ndarray:
+    if kind == "b":
+        return rng.random(shape) < 0.5
+    if kind in ("i", "ci"):
+        return rng.integers(-index_bound, index_bound, shape).astype(np.int64)
+    if kind == "n":
+        return rng.integers(-9, 10, shape).astype(np.int64)
+    if kind == "d":
+        return (rng.integers(1, 4, shape) * rng.choice([-1, 1], shape)).astype(np.int64)
+    if kind == "h":
+        return (rng.integers(-4, 5, shape) + 0.5).astype(F32)
+    x = rng.standard_normal(shape).astype(F32)
+    return np.abs(x) + 0.5 if kind == "p" else x
+
+
+def all_primitives_graph(rng: np.random.Generator) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Every table case in one graph with one output per case. A float input whose shape an earlier
+    float result has is chained to it (x + tanh(earlier), or + sigmoid for positive inputs)."""
+    cases: list[Case] = [(op, specs, attrs) for op, table in CASES.items() for specs, attrs in table] + EXTRA_CASES
+    builder = GraphBuilder("all_primitives")
+    feeds: dict[str, np.ndarray] = {}
+    latest: dict[tuple[int, ...], Value] = {}
+    outputs: list[tuple[str, Value]] = []
+    for k, (op, specs, attrs) in enumerate(cases):
+        args = []
+        for j, (shape, kind) in enumerate(specs):
+            bound = specs[0][0][attrs.get("axis", 0)] if kind in ("i", "ci") else 0
+            array = _array(rng, shape, kind, bound)
+            if kind.startswith("c"):
+                args.append(builder.add_constant(array))
+                continue
+            value = builder.add_input(f"x{k}_{j}", TensorType(shape, DType.from_numpy(array.dtype)))
+            feeds[value.name] = array
+            if kind in ("f", "p") and shape in latest:
+                squash = builder.emit("tanh" if kind == "f" else "sigmoid", [latest[shape]])
+                value = builder.emit("add", [value, squash])
+            args.append(value)
+        y = builder.emit(op, args, attrs)
+        outputs.append((f"y{k}_{op}", y))
+        if y.dtype == DType.FLOAT32:
+            latest[y.shape] = y
+    # Outputs Inductor would hand back without a fresh buffer: a constant, and one value twice.
+    outputs.append(("y_constant", builder.add_constant(_array(rng, (3, 2), "f", 0))))
+    outputs.append(("y_again", outputs[-2][1]))
+    return check_graph(builder.build(outputs)), feeds
+
+
+def _assert_matches(graph: Graph, kernel_outputs: list[np.ndarray], expected: dict[str, np.ndarray], seed: int) -> None:
+    for name, actual in zip(graph.outputs, kernel_outputs):
+        want = expected[name]
+        assert actual.dtype == want.dtype and actual.shape == want.shape, f"{name}: {actual.dtype}{actual.shape}"
+        assert actual.flags.c_contiguous, f"{name} is not C-contiguous"
+        if want.dtype.kind != "f":
+            assert np.array_equal(actual, want), f"{name} differs (seed {seed})"
+            continue
+        scale = float(np.abs(want).max())
+        error = float(np.abs(actual.astype(np.float64) - want).max())
+        assert error <= RTOL * scale, f"{name}: error {error:.3g} at scale {scale:.3g} (seed {seed})"
+
+
+def _run_and_compare(graph: Graph, kernel: Any, feeds: dict[str, np.ndarray], seed: int) -> None:
+    inputs = [feeds[name] for name in graph.inputs]
+    copies = [x.copy() for x in inputs]
+    actual = kernel.run(inputs)
+    for x, copy in zip(inputs, copies):
+        assert np.array_equal(x, copy), "the kernel modified an input"
+        assert not any(np.shares_memory(x, y) for y in actual), "an output aliases an input"
+    _assert_matches(graph, actual, run_graph(graph, feeds), seed)
+    for y in actual:          # the caller owns the outputs: scribbling on them must not change later calls
+        y.fill(1)
+
+
+def test_every_primitive_has_a_lowering() -> None:
+    assert set(LOWERINGS) == set(OPS)
+
+
+def test_all_primitives_in_one_compiled_graph(caplog: pytest.LogCaptureFixture) -> None:
+    seed = int(np.random.default_rng().integers(2**31))
+    graph, feeds = all_primitives_graph(np.random.default_rng(seed))
+    assert {n.op for n in graph.nodes} == set(OPS)
+    backend = InductorBackend()
+    assert backend.supports(graph) is None
+    with caplog.at_level(logging.WARNING, logger="korch.backends.inductor"):
+        kernel = backend.compile(graph, CompileOptions(threads=1))
+    assert not caplog.records, "fell back to compiling without freezing"
+    _run_and_compare(graph, kernel, feeds, seed)
+    _, fresh = all_primitives_graph(np.random.default_rng(seed + 1))          # same graph shape, new inputs
+    _run_and_compare(graph, kernel, fresh, seed + 1)
+
+
+def _mlp_gelu(rng: np.random.Generator) -> Graph:
+    """matmul with a constant weight, bias add, erf GELU: 0.5 * x * (1 + erf(x / sqrt 2))."""
+    b = GraphBuilder("mlp_gelu")
+    x = b.add_input("x", TensorType((8, 32), DType.FLOAT32))
+    h = b.emit("add", [b.emit("matmul", [x, b.add_constant(rng.standard_normal((32, 64)).astype(F32))]),
+                       b.add_constant(rng.standard_normal(64).astype(F32))])
+    erf = b.emit("erf", [b.emit("mul", [h, b.add_constant(np.array(1 / np.sqrt(2), F32))])])
+    one_plus = b.emit("add", [erf, b.add_constant(np.array(1.0, F32))])
+    y = b.emit("mul", [b.emit("mul", [h, one_plus]), b.add_constant(np.array(0.5, F32))])
+    return check_graph(b.build([("y", y)]))
+
+
+def _conv_bias_relu(rng: np.random.Generator) -> Graph:
+    b = GraphBuilder("conv_bias_relu")
+    x = b.add_input("x", TensorType((1, 3, 16, 16), DType.FLOAT32))
+    w = b.add_constant(rng.standard_normal((8, 3, 3, 3)).astype(F32))
+    conv = b.emit("conv", [x, w], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1})
+    y = b.emit("relu", [b.emit("add", [conv, b.add_constant(rng.standard_normal((1, 8, 1, 1)).astype(F32))])])
+    return check_graph(b.build([("y", y)]))
+
+
+@pytest.mark.parametrize("make,threads", [(_mlp_gelu, 1), (_conv_bias_relu, 2)])
+def test_fused_candidate_matches_reference(make: Any, threads: int, caplog: pytest.LogCaptureFixture) -> None:
+    seed = int(np.random.default_rng().integers(2**31))
+    rng = np.random.default_rng(seed)
+    graph = make(rng)
+    with caplog.at_level(logging.WARNING, logger="korch.backends.inductor"):
+        kernel = InductorBackend().compile(graph, CompileOptions(threads=threads))
+    assert not caplog.records, "fell back to compiling without freezing"
+    for _ in range(2):
+        feeds = {name: rng.standard_normal(graph.types[name].shape).astype(F32) for name in graph.inputs}
+        _run_and_compare(graph, kernel, feeds, seed)
+
+
+def _one_op(op: str, inputs: list[TensorType], attrs: dict[str, Any], constant: np.ndarray | None = None) -> Graph:
+    b = GraphBuilder(op)
+    args = [b.add_input(f"x{k}", t) for k, t in enumerate(inputs)]
+    if constant is not None:
+        args.append(b.add_constant(constant))
+    return b.build([("y", b.emit(op, args, attrs))])
+
+
+UNSUPPORTED: list[tuple[Graph, str]] = [
+    (_one_op("conv", [TensorType((1, 1, 3, 3, 3, 3), DType.FLOAT32), TensorType((1, 1, 2, 2, 2, 2), DType.FLOAT32)],
+             {"strides": (1,) * 4, "pads": (0,) * 8, "dilations": (1,) * 4, "group": 1}), "4 spatial dims"),
+    (_one_op("conv", [TensorType((1, 2, 5), DType.INT64), TensorType((1, 2, 3), DType.INT64)],
+             {"strides": (1,), "pads": (0, 0), "dilations": (1,), "group": 1}), "float only"),
+    (_one_op("pad", [TensorType((2, 3, 4, 5), DType.FLOAT32)],
+             {"pads": (1, 0, 0, 1, 1, 0, 0, 1), "mode": "reflect", "value": 0.0}), "last 4 dims"),
+    (_one_op("exp", [TensorType((4,), DType.INT64)], {}), "int64 input"),
+    (_one_op("window_mean", [TensorType((1, 1, 4, 4), DType.INT32)],
+             {"kernel": (2, 2), "strides": (1, 1), "dilations": (1, 1)}), "float only"),
+    (_one_op("gather", [TensorType((3, 4), DType.FLOAT32)], {"axis": 1}, np.array([1, -5], np.int64)), "out of range"),
+]
+
+
+@pytest.mark.parametrize("graph,reason", UNSUPPORTED, ids=[g.name for g, _ in UNSUPPORTED])
+def test_unsupported_graph_gets_a_reason(graph: Graph, reason: str) -> None:
+    backend = InductorBackend()
+    found = backend.supports(graph)
+    assert found is not None and reason in found, found
+    with pytest.raises(ValueError, match="inductor cannot compile"):
+        backend.compile(graph, CompileOptions())          # refused before any tracing
