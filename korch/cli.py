@@ -32,7 +32,8 @@ def cmd_fission(args: argparse.Namespace) -> int:
     from korch.io import atomic_write, atomic_write_bytes
     from korch.pipeline import run_fission
 
-    result = run_fission(args.model, _input_shapes(args.input_shape), verify=args.verify, seed=args.seed)
+    result = run_fission(args.model, _input_shapes(args.input_shape), verify=args.verify, seed=args.seed,
+                         rtol=args.rtol)
     graph = result.graph
     counts = graph.class_counts()
     print(f"model       {args.model}: {len(result.model.graph.node)} ONNX nodes, "
@@ -64,14 +65,17 @@ class ProgressBar:
 
     def __init__(self, label: str, enabled: bool) -> None:
         self.label, self.enabled = label, enabled
-        self.start = time.perf_counter()
+        self.starts: dict[str, float] = {}
         self.tty = sys.stderr.isatty()
         self.last_decile = -1
 
     def __call__(self, done: int, total: int, what: str) -> None:
         if not self.enabled or total == 0:
             return
-        elapsed = time.perf_counter() - self.start
+        if what not in self.starts:
+            self.starts[what] = time.perf_counter()
+            self.last_decile = -1
+        elapsed = time.perf_counter() - self.starts[what]
         eta = elapsed / done * (total - done) if done else 0.0
         line = f"{self.label} [{what}] {done}/{total} ({100 * done // total}%) {elapsed:.0f}s elapsed, ETA {eta:.0f}s"
         if self.tty:
@@ -193,6 +197,56 @@ def cmd_zoo_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_db(args: argparse.Namespace):
+    """The profile database for report/explain, or None (with a note why) if there is none; never created."""
+    from korch.profile.database import DB_FILENAME, ProfileDB, default_cache_dir
+
+    path = (Path(args.cache) if args.cache else default_cache_dir()) / DB_FILENAME
+    if not path.is_file():
+        note = f"no profile database at {path}; pass --cache DIR to show the candidates each kernel beat"
+        log.warning("%s", note)
+        return None, note
+    return ProfileDB(path), str(path)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from korch.report import load_facts, write_report
+
+    facts = load_facts(args.plan)
+    db, note = _report_db(args)
+    try:
+        write_report(facts, db, args.output, note)
+    finally:
+        if db is not None:
+            db.close()
+    if not args.quiet:
+        print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from korch.report import ProfileIndex, explain, load_facts
+
+    facts = load_facts(args.plan)
+    index = None
+    if args.node is not None or args.kernel is not None:
+        db, _ = _report_db(args)
+        try:
+            index = ProfileIndex(facts, db)
+        finally:
+            if db is not None:
+                db.close()
+    print(explain(facts, index, args.node, args.kernel, args.limit))
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from korch.report import diff_plans, format_diff, load_facts
+
+    print(format_diff(diff_plans(load_facts(args.plan_a), load_facts(args.plan_b))))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="korch", description="Optimal kernel orchestration for ONNX inference graphs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="per-stage logs")
@@ -204,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the primitive graph as ONNX here")
     p.add_argument("--verify", action="store_true", help="compare with onnxruntime on random inputs")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --verify (default 0)")
+    p.add_argument("--rtol", type=float, default=1e-4,
+                   help="--verify tolerance: max error relative to each output's max magnitude (default 1e-4)")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1xD2...", help="fix an input's shape (repeatable)")
     p.add_argument("--dump", metavar="FILE", help="write the primitive graph as text ('-' for stdout)")
     p.set_defaults(run=cmd_fission)
@@ -236,6 +292,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-rss", action="store_true", help="skip the peak-memory runs (separate processes)")
     orchestration_flags(p)
     p.set_defaults(run=cmd_bench)
+
+    p = sub.add_parser("report", help="write a plan as one self-contained HTML page (graph, kernels, times)")
+    p.add_argument("plan", metavar="PLAN_DIR")
+    p.add_argument("-o", "--output", required=True, metavar="REPORT.html")
+    p.add_argument("--cache", metavar="DIR", help="profile database directory (default: the user cache dir)")
+    p.set_defaults(run=cmd_report)
+    p = sub.add_parser("explain", help="why a primitive ended up in its kernel, and what each kernel beat")
+    p.add_argument("plan", metavar="PLAN_DIR")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--node", metavar="NAME", help="a primitive's output value or an ONNX node name")
+    which.add_argument("--kernel", metavar="ID", help="a kernel id (k0, k1, ... in execution order)")
+    p.add_argument("--limit", type=int, default=12, help="candidates listed per primitive or kernel (default 12)")
+    p.add_argument("--cache", metavar="DIR", help="profile database directory (default: the user cache dir)")
+    p.set_defaults(run=cmd_explain)
+    p = sub.add_parser("diff", help="what changed between two plans: kernels, backends, times")
+    p.add_argument("plan_a", metavar="PLAN_A")
+    p.add_argument("plan_b", metavar="PLAN_B")
+    p.set_defaults(run=cmd_diff)
 
     z = sub.add_parser("zoo", help="built-in random-weight models").add_subparsers(dest="zoo_command", required=True,
                                                                                  metavar="ZOO_COMMAND")

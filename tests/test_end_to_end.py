@@ -16,14 +16,18 @@ from korch.verify import DEFAULT_RTOL, random_feeds
 
 MINI = [m.name for m in zoo.list_models() if m.mini]
 FULL = [m.name for m in zoo.list_models() if not m.mini]
+# yolov4 (110 convs) is deeper than fp32 is exact: onnxruntime's own output is 3.35e-4 of scale from a
+# float64 run of the same model on its deepest head, korch's reference 1.54e-4 (benchmarks/precision_check.py).
+# Against onnxruntime korch can only be checked to the sum of the two.
+RTOL = {"yolov4": 5e-4}
 
 
 def _check(name: str, seed: int) -> None:
-    result = run_fission(zoo.to_model_proto(name), verify=True, seed=seed)
+    rtol = RTOL.get(name, DEFAULT_RTOL)
+    result = run_fission(zoo.to_model_proto(name), verify=True, seed=seed, rtol=rtol)
     check_graph(result.graph)
     assert result.verify is not None
     assert result.verify.ok, f"{name}: {result.verify.summary()}"
-    assert result.verify.max_rel <= DEFAULT_RTOL
     # The check is only meaningful if the outputs depend on the input.
     graph = result.graph
     a = run_graph(graph, random_feeds(graph, seed + 1))

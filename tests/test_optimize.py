@@ -18,8 +18,8 @@ from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
 
 ORT_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",))
-# Without the whole-model option the plan must be assembled from primitive kernels.
-ORT_KERNELS_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",), whole_model=False)
+# Without regions (whole ONNX nodes, up to the whole model) the plan is assembled from primitive kernels.
+ORT_KERNELS_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_plan_of_kernels_matches_onnxruntime_and_survives_save_load(name: str, d
     model = zoo.to_model_proto(name)
     plan, session, stats = optimize(model, db, ORT_KERNELS_ONLY)
     assert stats["optimal"] and stats["gap"] == 0
-    assert len(plan.steps) > 1 and all(s.region == "" for s in plan.steps)
+    assert len(plan.steps) > 1 and all(not s.onnx_nodes for s in plan.steps)
     covered = {i for s in plan.steps for i in s.nodes}
     assert covered == set(range(len(plan.graph.nodes))), "every primitive is computed by some kernel"
     feeds = random_feeds(plan.graph, seed=42)
@@ -54,7 +54,7 @@ def test_second_optimize_profiles_nothing(db: ProfileDB) -> None:
     assert second["profiled_new"] == 0 and second["profiled_cached"] == first["profiled_new"] + first["profiled_cached"]
 
 
-def test_whole_model_option_bounds_the_plan(db: ProfileDB) -> None:
+def test_whole_model_region_bounds_the_plan(db: ProfileDB) -> None:
     """With onnxruntime's whole-model run among the options, the predicted time can only be lower."""
     _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
     assert stats["predicted_ms"] <= stats["onnxruntime_whole_model_ms"] * (1 + 1e-9)

@@ -1,21 +1,35 @@
-"""Kernel providers behind one contract (see base.py), registered by name."""
+"""Kernel providers behind one contract (see base.py), registered by name.
+
+Factories import their libraries on first use, so a plan that uses no Inductor kernel never loads
+torch (hundreds of MB of resident memory).
+"""
+
+import importlib.util
 
 from korch.backends.base import Backend, CompileOptions, Kernel, backend_names, get_backend, register_backend
 
 
-def _register_builtin() -> None:
-    from korch.backends.onnxruntime import OnnxRuntimeBackend
+def _reference() -> Backend:
     from korch.backends.reference.backend import ReferenceBackend
 
-    register_backend("reference", ReferenceBackend)
-    register_backend("onnxruntime", OnnxRuntimeBackend)
-    try:
-        from korch.backends.inductor import InductorBackend
-    except ImportError:          # torch is an optional extra
-        return
-    register_backend("inductor", InductorBackend)
+    return ReferenceBackend()
 
 
-_register_builtin()
+def _onnxruntime() -> Backend:
+    from korch.backends.onnxruntime import OnnxRuntimeBackend
+
+    return OnnxRuntimeBackend()
+
+
+def _inductor() -> Backend:
+    from korch.backends.inductor import InductorBackend
+
+    return InductorBackend()
+
+
+register_backend("reference", _reference)
+register_backend("onnxruntime", _onnxruntime)
+if importlib.util.find_spec("torch") is not None:      # torch is an optional extra
+    register_backend("inductor", _inductor)
 
 __all__ = ["Backend", "CompileOptions", "Kernel", "backend_names", "get_backend", "register_backend"]

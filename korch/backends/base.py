@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from korch.ir.graph import Graph
 
@@ -46,6 +47,13 @@ class Backend(ABC):
     @abstractmethod
     def compile(self, graph: Graph, options: CompileOptions) -> Kernel:
         """Compile a graph that `supports` accepted. Constants are part of the kernel."""
+
+    # Engines that run ONNX directly can take a region's original nodes instead of its primitives.
+    accepts_onnx: bool = False
+
+    def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
+                     options: CompileOptions) -> Kernel:
+        raise NotImplementedError(f"backend {self.name} does not run ONNX models")
 
 
 _REGISTRY: dict[str, Callable[[], Backend]] = {}

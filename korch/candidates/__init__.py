@@ -3,5 +3,7 @@
 from korch.candidates.candidate import Candidate, extract_subgraph
 from korch.candidates.enumerate import CandidateLimits, enumerate_candidates
 from korch.candidates.key import structural_key
+from korch.candidates.regions import RegionLimits, region_candidates
 
-__all__ = ["Candidate", "CandidateLimits", "enumerate_candidates", "extract_subgraph", "structural_key"]
+__all__ = ["Candidate", "CandidateLimits", "RegionLimits", "enumerate_candidates", "extract_subgraph",
+           "region_candidates", "structural_key"]

@@ -20,6 +20,8 @@ class Candidate:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     key: str
+    # For a region (whole ONNX nodes): their names, so an engine can run the original nodes.
+    onnx_nodes: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:

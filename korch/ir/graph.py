@@ -161,6 +161,7 @@ class GraphBuilder:
         self._constants: dict[str, np.ndarray] = {}
         self._shared: dict[tuple[str, tuple[int, ...], str], str] = {}
         self._counter = 0
+        self.renamed: dict[str, str] = {}     # value renames made by build(): internal name -> public name
 
     def fresh_name(self, hint: str = "v") -> str:
         while True:
@@ -240,6 +241,7 @@ class GraphBuilder:
                  for n in nodes]
         for old, new in rename.items():
             types[new] = types.pop(old)
+        self.renamed = dict(rename)
         nodes = _live_nodes(nodes, final)
         used = {i for n in nodes for i in n.inputs} | set(final)
         constants = {k: v for k, v in self._constants.items() if k in used}

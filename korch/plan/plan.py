@@ -1,7 +1,8 @@
 """A plan: the primitive graph, the chosen kernels (steps) in topological order, and how it was made.
 
 On disk a plan is a directory: plan.json (steps, settings, summary), the primitive graph
-(graph.json + constants.npz), and original.onnx when a step runs the original ONNX model.
+(graph.json + constants.npz), and, when a step runs original ONNX nodes (a region in onnxruntime),
+original.onnx with the map from its values to the primitive graph's (value_map.json).
 It is written to a temporary directory beside the target and renamed into place.
 """
 
@@ -19,12 +20,11 @@ from typing import Any
 import onnx
 
 from korch.errors import KorchError, OutputError
+from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.ir.serialize import load_graph, save_graph
 
-PLAN_FORMAT = 1
-# Marks a step that runs the whole original ONNX model (in onnxruntime) instead of primitives.
-ORIGINAL_MODEL = "original-model"
+PLAN_FORMAT = 2
 
 
 class PlanError(KorchError):
@@ -34,12 +34,12 @@ class PlanError(KorchError):
 @dataclass(frozen=True)
 class Step:
     backend: str
-    nodes: tuple[int, ...]            # indices into the plan graph's nodes; empty for ORIGINAL_MODEL
+    nodes: tuple[int, ...]            # indices into the plan graph's nodes (topological order)
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     key: str
     cost_s: float
-    region: str = ""                  # ORIGINAL_MODEL, or "" for a candidate of primitives
+    onnx_nodes: tuple[str, ...] = ()  # a region run as these original ONNX nodes; () runs primitives
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Plan:
     threads: int
     machine: str
     korch_version: str
-    original: onnx.ModelProto | None = None
+    source: OnnxSource | None = None          # the original model, when some step runs ONNX nodes
     summary: Mapping[str, Any] = field(default_factory=dict)
 
     def kernels_by_backend(self) -> dict[str, int]:
@@ -89,8 +89,9 @@ def save_plan(plan: Plan, directory: str | os.PathLike) -> Path:
         raise OutputError(f"{target}: cannot write here ({e.strerror})") from None
     try:
         save_graph(plan.graph, tmp)
-        if plan.original is not None:
-            onnx.save(plan.original, tmp / "original.onnx")
+        if plan.source is not None:
+            onnx.save(plan.source.model, tmp / "original.onnx")
+            (tmp / "value_map.json").write_text(json.dumps(dict(plan.source.value_map)))
         meta = {"format": PLAN_FORMAT, "korch_version": plan.korch_version, "machine": plan.machine,
                 "threads": plan.threads, "steps": [asdict(s) for s in plan.steps], "summary": dict(plan.summary)}
         (tmp / "plan.json").write_text(json.dumps(meta, indent=1))
@@ -117,7 +118,10 @@ def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, ch
     try:
         meta = json.loads(meta_path.read_text())
         graph = load_graph(path)
-        original = onnx.load(str(path / "original.onnx")) if (path / "original.onnx").exists() else None
+        source = None
+        if (path / "original.onnx").exists():
+            source = OnnxSource(onnx.load(str(path / "original.onnx")),
+                                json.loads((path / "value_map.json").read_text()))
     except (OSError, ValueError, KeyError) as e:
         raise PlanError(f"{path}: damaged plan ({type(e).__name__}: {e})") from None
     if meta.get("format") != PLAN_FORMAT:
@@ -128,5 +132,5 @@ def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, ch
         raise PlanError(f"{path}: made on another machine ({meta['machine']}); kernels were chosen by timings "
                         "there, so re-run korch optimize here")
     steps = tuple(Step(s["backend"], tuple(s["nodes"]), tuple(s["inputs"]), tuple(s["outputs"]), s["key"],
-                       s["cost_s"], s["region"]) for s in meta["steps"])
-    return Plan(graph, steps, meta["threads"], meta["machine"], meta["korch_version"], original, meta["summary"])
+                       s["cost_s"], tuple(s["onnx_nodes"])) for s in meta["steps"])
+    return Plan(graph, steps, meta["threads"], meta["machine"], meta["korch_version"], source, meta["summary"])

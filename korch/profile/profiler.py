@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from korch.backends import CompileOptions, get_backend
+from korch.backends import CompileOptions, Kernel, get_backend
 from korch.backends.reference import evaluate
 from korch.candidates import Candidate, extract_subgraph
+from korch.frontend.regions import OnnxSource, region_model
 from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record
 from korch.profile.timing import measure
@@ -67,7 +68,7 @@ def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequen
 
 
 def profile(graph: Graph, candidates: Iterable[Candidate], backends: Sequence[str], db: ProfileDB, threads: int,
-            machine: str, seed: int = 0, progress: Progress | None = None,
+            machine: str, seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None,
             ) -> tuple[dict[tuple[str, str], Record], int]:
     """Ensure a record for every (candidate key, backend) pair. Returns them all (stored ones are
     reused) and how many were measured now."""
@@ -88,7 +89,7 @@ def profile(graph: Graph, candidates: Iterable[Candidate], backends: Sequence[st
     feeds = random_feeds(graph, seed)
     options = CompileOptions(threads=threads)
     for done, (job, env) in enumerate(_streamed_values(graph, feeds, jobs), start=1):
-        record = _measure_one(graph, job, env, options, threads, machine)
+        record = _measure_one(graph, job, env, options, threads, machine, source)
         db.put(record)
         records[(job.candidate.key, job.backend)] = record
         if progress is not None:
@@ -96,8 +97,17 @@ def profile(graph: Graph, candidates: Iterable[Candidate], backends: Sequence[st
     return records, len(jobs)
 
 
+def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options: CompileOptions,
+                      source: OnnxSource | None) -> Kernel:
+    """A region goes to an ONNX engine as its original nodes; everything else as primitives."""
+    backend = get_backend(backend_name)
+    if cand.onnx_nodes and backend.accepts_onnx and source is not None:
+        return backend.compile_onnx(region_model(source, graph, cand), cand.inputs, cand.outputs, options)
+    return backend.compile(extract_subgraph(graph, cand), options)
+
+
 def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions, threads: int,
-                 machine: str) -> Record:
+                 machine: str, source: OnnxSource | None) -> Record:
     backend = get_backend(job.backend)
     cand = job.candidate
 
@@ -109,7 +119,7 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     if reason is not None:
         return rejected(f"unsupported: {reason}")
     try:
-        kernel = backend.compile(sub, options)
+        kernel = compile_candidate(graph, cand, job.backend, options, source)
         inputs = [np.ascontiguousarray(env[i]) for i in cand.inputs]
         outputs = kernel.run(inputs)
     except Exception as e:  # a backend failing on one candidate must not stop the optimizer

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from korch.backends import CompileOptions, Kernel, get_backend
-from korch.candidates import Candidate, extract_subgraph
+from korch.backends import CompileOptions, Kernel
+from korch.candidates import Candidate
 from korch.errors import UsageError
 from korch.ir.types import TensorType
-from korch.plan import ORIGINAL_MODEL, Plan, Step, load_plan
+from korch.plan import Plan, Step, load_plan
+from korch.profile.profiler import compile_candidate
 
 log = logging.getLogger("korch.runtime")
 
@@ -36,13 +37,8 @@ class _Op:
 
 
 def compile_step(plan: Plan, step: Step) -> Kernel:
-    backend = get_backend(step.backend)
-    options = CompileOptions(threads=plan.threads)
-    if step.region == ORIGINAL_MODEL:
-        assert plan.original is not None, "an original-model step needs the original model"
-        return backend.compile_model(plan.original, step.inputs, step.outputs, options)  # type: ignore[attr-defined]
-    candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key)
-    return backend.compile(extract_subgraph(plan.graph, candidate), options)
+    candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes)
+    return compile_candidate(plan.graph, candidate, step.backend, CompileOptions(threads=plan.threads), plan.source)
 
 
 def compile_plan(plan: Plan) -> Session:

@@ -35,6 +35,12 @@ def fission_graph(model: onnx.ModelProto) -> Graph:
 
     All unsupported nodes are reported together in one UnsupportedError.
     """
+    return fission_with_value_map(model)[0]
+
+
+def fission_with_value_map(model: onnx.ModelProto) -> tuple[Graph, dict[str, str]]:
+    """Like fission_graph, and also which primitive-graph value each ONNX value became
+    (ONNX name -> value name; constants included, values that became dead are left out)."""
     load_rules()
     opset = next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 0)
     g = model.graph
@@ -86,4 +92,9 @@ def fission_graph(model: onnx.ModelProto) -> Graph:
         raise ModelLoadError(f"graph outputs {missing} are not produced by any node")
     graph = builder.build([(o.name, values[o.name]) for o in g.output])
     log.debug("fission: %d ONNX nodes -> %d primitives", len(g.node), len(graph.nodes))
-    return check_graph(graph)
+    value_map = {}
+    for onnx_name, value in values.items():
+        name = builder.renamed.get(value.name, value.name)
+        if name in graph.types:
+            value_map[onnx_name] = name
+    return check_graph(graph), value_map

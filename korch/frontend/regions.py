@@ -1,0 +1,86 @@
+"""Cut a region's original ONNX nodes out of the model, as a model an ONNX engine can run.
+
+The region model's inputs and outputs carry the primitive-graph names of the candidate's boundary
+values, so its kernel slots into a plan like any other. ONNX values that fission folded to constants
+(shape arithmetic, weight preprocessing) are embedded as initializers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import onnx
+from onnx import helper, numpy_helper
+
+from korch.candidates import Candidate
+from korch.ir.graph import Graph
+
+
+class RegionError(ValueError):
+    """The region's ONNX nodes do not line up with its primitive boundary."""
+
+
+@dataclass(frozen=True)
+class OnnxSource:
+    """The loaded (shape-fixed) ONNX model and where each of its values went in the primitive graph."""
+
+    model: onnx.ModelProto
+    value_map: Mapping[str, str]
+
+
+def _node_key(node: onnx.NodeProto) -> str:
+    return node.name or node.output[0]
+
+
+def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx.ModelProto:
+    wanted = set(candidate.onnx_nodes)
+    nodes = [n for n in source.model.graph.node if _node_key(n) in wanted]
+    if len(nodes) != len(wanted):
+        raise RegionError(f"{len(wanted) - len(nodes)} region nodes are not in the model")
+    produced = {o for n in nodes for o in n.output if o}
+    initializers = {i.name: i for i in source.model.graph.initializer}
+    boundary_in = set(candidate.inputs)
+    rename: dict[str, str] = {}
+    new_initializers: list[onnx.TensorProto] = []
+    for node in nodes:
+        for name in node.input:
+            if not name or name in produced or name in rename:
+                continue
+            prim = source.value_map.get(name)
+            if name in initializers:
+                new_initializers.append(initializers[name])
+                rename[name] = name
+            elif prim is not None and prim in graph.constants:
+                new_initializers.append(numpy_helper.from_array(graph.constants[prim], name))
+                rename[name] = name
+            elif prim in boundary_in:
+                rename[name] = prim
+            else:
+                raise RegionError(f"ONNX value {name!r} enters the region but is not a boundary input")
+    by_prim: dict[str, str] = {}
+    for name in sorted(produced):
+        prim = source.value_map.get(name)
+        if prim is not None:
+            by_prim.setdefault(prim, name)
+    for prim in candidate.outputs:
+        if prim not in by_prim:
+            raise RegionError(f"region output {prim!r} is not an ONNX value of the region")
+        rename[by_prim[prim]] = prim
+
+    def renamed(node: onnx.NodeProto) -> onnx.NodeProto:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.input[:] = [rename.get(i, i) for i in node.input]
+        copy.output[:] = [rename.get(o, o) for o in node.output]
+        return copy
+
+    def info(name: str) -> onnx.ValueInfoProto:
+        t = graph.types[name]
+        return helper.make_tensor_value_info(name, t.dtype.onnx, list(t.shape))
+
+    g = helper.make_graph([renamed(n) for n in nodes], "region", [info(i) for i in candidate.inputs],
+                          [info(o) for o in candidate.outputs], initializer=new_initializers)
+    model = helper.make_model(g, opset_imports=list(source.model.opset_import), producer_name="korch-region")
+    model.ir_version = source.model.ir_version
+    return model
