@@ -64,6 +64,43 @@ def _reachability(graph: Graph) -> tuple[list[int], list[int]]:
     return desc, anc
 
 
+def why_not_candidate(graph: Graph, nodes: tuple[int, ...], limits: CandidateLimits = CandidateLimits()) -> str | None:
+    """None if `nodes` is a candidate the enumeration keeps (budget aside), else the reason it is not.
+
+    Legality first (must hold for any kernel), then the limits (tunable)."""
+    members = set(nodes)
+    adj = _adjacency(graph)
+    seen, stack = {nodes[0]}, [nodes[0]]
+    while stack:
+        for u in adj[stack.pop()]:
+            if u in members and u not in seen:
+                seen.add(u)
+                stack.append(u)
+    if seen != members:
+        return "not connected"
+    desc, anc = _reachability(graph)
+    down = up = 0
+    for m in nodes:
+        down |= desc[m]
+        up |= anc[m]
+    between = [k for k in range(len(graph.nodes)) if (down & up) >> k & 1 and k not in members]
+    if between:
+        return f"not convex: a path leaves the set through {graph.nodes[between[0]].output!r} and comes back"
+    n_linear = sum(graph.nodes[i].klass == PrimClass.LINEAR for i in nodes)
+    if n_linear > limits.max_linear:
+        return f"{n_linear} linear primitives (at most {limits.max_linear} per kernel)"
+    if len(nodes) == 1:
+        return None
+    if len(nodes) > limits.max_nodes:
+        return f"{len(nodes)} primitives (limit {limits.max_nodes})"
+    inputs, outputs = boundary(graph, tuple(sorted(nodes)))
+    if len(inputs) > limits.max_inputs:
+        return f"{len(inputs)} input tensors (limit {limits.max_inputs})"
+    if len(outputs) > limits.max_outputs:
+        return f"{len(outputs)} output tensors (limit {limits.max_outputs})"
+    return None
+
+
 def enumerate_candidates(graph: Graph, limits: CandidateLimits = CandidateLimits()) -> tuple[Candidate, ...]:
     adj = _adjacency(graph)
     desc, anc = _reachability(graph)

@@ -87,3 +87,22 @@ def test_extracted_subgraph_computes_the_candidates_outputs() -> None:
         result = run_graph(sub, {i: everything[i] for i in c.inputs})
         for out in c.outputs:
             np.testing.assert_allclose(result[out], everything[out], rtol=1e-6, atol=1e-6)
+
+
+def test_enumeration_keeps_exactly_the_sets_that_pass_the_checks() -> None:
+    """Brute force over every node subset of size <= 5: enumerated iff why_not_candidate is None."""
+    import itertools
+
+    from korch.candidates import why_not_candidate
+
+    graph = _two_blocks()
+    limits = CandidateLimits(max_nodes=5, max_sets_per_seed=10_000)
+    found = {c.nodes for c in enumerate_candidates(graph, limits)}
+    reasons = set()
+    for size in range(1, 6):
+        for nodes in itertools.combinations(range(len(graph.nodes)), size):
+            reason = why_not_candidate(graph, nodes, limits)
+            assert (reason is None) == (nodes in found), (nodes, reason)
+            if reason:
+                reasons.add(reason.split(":")[0].split(" ")[-1])
+    assert {"connected", "convex", "kernel)"} <= reasons
