@@ -34,6 +34,10 @@ log = logging.getLogger("korch.bench")
 DEFAULT_ROUNDS = 30
 # A round should last at least this long per system, so microsecond models are not timer noise.
 MIN_ROUND_SECONDS = 0.002
+# Untimed pause before each system's turn, so the previous system's spinning threads have parked
+# (onnxruntime's and libgomp's pools busy-wait after a call; measured on candy, without a pause
+# torch.compile read 72 ms interleaved against 43 ms alone).
+SETTLE_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,8 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
         max_rel = max(d.rel for d in diff_outputs(actual, expected))
         one = measure(systems[1].run, warmup=2, repeats=3, min_seconds=0.0).median_s
         per_round = max(1, int(MIN_ROUND_SECONDS / max(one, 1e-9)))
-        timings = interleaved({s.name: s.run for s in systems}, rounds, warmup=3, calls_per_round=per_round)
+        timings = interleaved({s.name: s.run for s in systems}, rounds, warmup=3, calls_per_round=per_round,
+                              settle_s=SETTLE_SECONDS)
         rss: dict[str, float | None] = {s.name: None for s in systems}
         if measure_rss:
             model_path = Path(tmp) / "model.onnx"

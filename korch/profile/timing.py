@@ -63,11 +63,13 @@ def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: 
 
 
 def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup: int = DEFAULT_WARMUP,
-                calls_per_round: int = 1, clock: Clock = time.perf_counter_ns) -> dict[str, Timing]:
+                calls_per_round: int = 1, settle_s: float = 0.0,
+                clock: Clock = time.perf_counter_ns) -> dict[str, Timing]:
     """Time several systems side by side: in each round every system runs `calls_per_round` calls.
 
     The order of the systems rotates from round to round, so no system always runs right after the
-    same neighbour. One sample per system and round: the mean time per call of that round (use
+    same neighbour. `settle_s` is an untimed pause before each system's turn: thread pools that
+    busy-wait after a call (onnxruntime, OpenMP) otherwise steal the cores of the next system. One sample per system and round: the mean time per call of that round (use
     `calls_per_round` > 1 when a single call is near the timer's resolution). `Timing.runs` is the
     number of rounds.
     """
@@ -85,6 +87,8 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             fn = fns[name]
+            if settle_s > 0:
+                time.sleep(settle_s)
             t0 = clock()
             for _ in range(calls_per_round):
                 fn()

@@ -13,17 +13,18 @@ from korch.ir.graph import Graph
 from korch.ir.onnx_export import to_onnx
 
 
-def make_session(model: onnx.ModelProto, threads: int, spinning: bool = True) -> ort.InferenceSession:
-    """An onnxruntime CPU session. `spinning=False` for sessions that run one after another with other
-    kernels: a spinning pool keeps both cores busy after its run and slows the next kernel ~2x
-    (measured on candy: a 9-kernel plan took 136 ms spinning, 60 ms not)."""
+def make_session(model: onnx.ModelProto, threads: int, stop_spinning: bool = False) -> ort.InferenceSession:
+    """An onnxruntime CPU session. `stop_spinning=True` for sessions that run one after another with
+    other kernels: the pool spins during a run (fast hand-off between its ops) but parks when run()
+    returns. A pool left spinning keeps both cores busy and slowed candy's 9-kernel plan from 60 ms
+    to 136 ms; no spinning at all slowed its large regions ~2x (each op then waits for a wake-up)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    options.add_session_config_entry("session.force_spinning_stop", "1" if stop_spinning else "0")
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -39,7 +40,7 @@ class OnnxRuntimeKernel(Kernel):
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
-    version = "onnxruntime-" + ort.__version__ + "-nospin"   # session settings that change timings
+    version = "onnxruntime-" + ort.__version__ + "-spinstop"   # session settings that change timings
     accepts_onnx = True
 
     def supports(self, graph: Graph) -> str | None:
@@ -51,4 +52,4 @@ class OnnxRuntimeBackend(Backend):
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
                      options: CompileOptions) -> Kernel:
         """Compile an ONNX model directly (e.g. the original ONNX nodes of a region)."""
-        return OnnxRuntimeKernel(make_session(model, options.threads, spinning=False), inputs, outputs)
+        return OnnxRuntimeKernel(make_session(model, options.threads, stop_spinning=True), inputs, outputs)
