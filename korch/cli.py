@@ -128,13 +128,15 @@ def format_summary(stats: dict, by_backend: dict[str, int]) -> str:
         ("candidates", f"{stats['candidates']} enumerated, {stats['unique_candidates']} unique keys"),
         ("profiled", f"{stats['profiled_new']} new, {stats['profiled_cached']} from cache"),
         ("kernels", f"{stats['kernels']}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items()))),
-        ("predicted", f"{stats['predicted_ms']:.3f} ms (sum of profiled kernel medians)"),
+        ("time", f"measured {stats['measured_ms']:.3f} ms per run; predicted {stats['predicted_ms']:.3f} ms (sum of "
+                 f"profiled kernels); {stats['selection_rounds']} selection round(s), kernel boundary penalty "
+                 f"{stats['kernel_penalty_us']:.0f} us"),
         ("solver", f"{stats['solve_seconds']:.3f} s, gap {stats['gap']:.1e}, "
                    f"{'proven optimal' if stats['optimal'] else 'NOT proven optimal'}"),
         ("check", f"max relative error vs onnxruntime {stats['max_rel_error']:.2e}"),
-        ("time", ", ".join(f"{k.removesuffix('_seconds')} {stats[k]:.1f} s" for k in
+        ("stages", ", ".join(f"{k.removesuffix('_seconds')} {stats[k]:.1f} s" for k in
                            ("load_seconds", "fission_seconds", "candidates_seconds", "profile_seconds",
-                            "compile_check_seconds", "optimize_seconds") if k in stats)),
+                            "check_seconds", "optimize_seconds") if k in stats)),
     ]
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
 
