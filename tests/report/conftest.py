@@ -1,0 +1,69 @@
+"""Plans for the report tests: one real candy-mini plan per test module, and a large synthetic one."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from korch import __version__, zoo
+from korch.candidates.candidate import boundary
+from korch.ir.graph import GraphBuilder
+from korch.ir.types import DType, TensorType
+from korch.pipeline import OptimizeSettings, optimize
+from korch.plan import Plan, Step, save_plan
+from korch.profile.database import ProfileDB, machine_fingerprint
+
+# Primitives in the synthetic plan: the size the report must stay usable at.
+LARGE_PRIMITIVES = 1500
+LARGE_KERNEL_SIZE = 5
+
+
+def kernels_only_settings() -> OptimizeSettings:
+    """onnxruntime kernels of primitives only (no whole-model or region options), so the plan has many kernels."""
+    names = {f.name for f in dataclasses.fields(OptimizeSettings)}
+    extra = {"regions": None} if "regions" in names else {"whole_model": False}
+    return OptimizeSettings(threads=1, backends=("onnxruntime",), **extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedPlan:
+    path: Path
+    cache: Path
+    plan: Plan
+
+
+@pytest.fixture(scope="module")
+def candy_plan(tmp_path_factory: pytest.TempPathFactory) -> SavedPlan:
+    root = tmp_path_factory.mktemp("candy")
+    with ProfileDB(root / "cache" / "profiles.sqlite") as db:
+        plan, _, _ = optimize(zoo.to_model_proto("candy-mini"), db, kernels_only_settings())
+    return SavedPlan(save_plan(plan, root / "plan"), root / "cache", plan)
+
+
+def large_plan(directory: Path, seed: int = 0) -> Path:
+    """A chain of LARGE_PRIMITIVES primitives with residual skips and weights, in kernels of LARGE_KERNEL_SIZE."""
+    rng = random.Random(seed)
+    b = GraphBuilder("large")
+    x = b.add_input("x", TensorType((1, 16), DType.FLOAT32))
+    skip = x
+    for k in range(LARGE_PRIMITIVES):
+        if k % 7 == 6:
+            x = b.emit("add", [x, skip], origin=f"Add_{k}")
+            skip = x
+        elif k % 3 == 0:
+            w = b.add_constant(np.full((1, 16), 0.5 + rng.random(), dtype=np.float32))
+            x = b.emit("mul", [x, w], origin=f"Mul_{k}")
+        else:
+            x = b.emit("tanh" if k % 2 else "relu", [x], origin=f"Act_{k}")
+    graph = b.build([("y", x)])
+    steps = []
+    for start in range(0, len(graph.nodes), LARGE_KERNEL_SIZE):
+        nodes = tuple(range(start, min(start + LARGE_KERNEL_SIZE, len(graph.nodes))))
+        inputs, outputs = boundary(graph, nodes)
+        steps.append(Step("onnxruntime", nodes, inputs, outputs, f"key{start}", rng.uniform(1e-6, 5e-5)))
+    plan = Plan(graph, tuple(steps), 1, machine_fingerprint(), __version__, summary={"primitives": len(graph.nodes)})
+    return save_plan(plan, directory)

@@ -1,0 +1,82 @@
+"""The report in a real headless browser (Debian's chromium via Playwright): loads cleanly, draws, reacts.
+
+Skipped when /usr/bin/chromium or the playwright package is missing; CI installs both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from korch.cli import main
+from tests.report.conftest import LARGE_PRIMITIVES, SavedPlan, large_plan
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# The page sets body[data-ready] once drawn; a 1,500-primitive page takes about a second.
+READY_TIMEOUT_MS = 30_000
+LARGE_READY_SECONDS = 15.0
+
+if not CHROMIUM.exists():
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing (pip install playwright)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def open_page(browser, html: Path) -> tuple[object, list[str]]:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning")
+            else None)
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("request", lambda r: None if r.url.startswith(("file:", "data:")) else problems.append(f"network {r.url}"))
+    page.goto(html.as_uri())
+    page.wait_for_selector("body[data-ready='1']", timeout=READY_TIMEOUT_MS)
+    return page, problems
+
+
+def test_report_loads_draws_and_shows_a_kernel(browser, candy_plan: SavedPlan, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    assert main(["report", str(candy_plan.path), "-o", str(out), "--cache", str(candy_plan.cache)]) == 0
+    page, problems = open_page(browser, out)
+    plan = candy_plan.plan
+    assert page.locator("g.node.prim").count() == len(plan.graph.nodes)
+    assert page.locator("g.node.input").count() == len(plan.graph.inputs)
+    assert page.locator("g.node.weight").count() > 0
+    assert page.locator("#bars rect").count() == len(plan.steps)
+    page.locator("g.node.prim[data-i='1']").click()                 # near the top: in view at load
+    details = page.locator("#details").inner_text()
+    kernel = next(k for k, s in enumerate(plan.steps) if 1 in s.nodes)
+    assert f"k{kernel}" in details and "onnxruntime" in details and "candidates it beat" in details.lower()
+    assert plan.graph.nodes[1].origin in details
+    assert page.locator("g.node.prim.sel").count() == len(plan.steps[kernel].nodes)
+    page.locator("#bars rect").nth(len(plan.steps) - 1).click()
+    assert f"k{len(plan.steps) - 1}" in page.locator("#details").inner_text()
+    page.locator("#colorby").select_option("backend")
+    page.locator("#fit").click()
+    assert problems == []
+
+
+def test_large_report_stays_usable(browser, tmp_path: Path) -> None:
+    out = tmp_path / "large.html"
+    assert main(["report", str(large_plan(tmp_path / "large")), "-o", str(out), "--cache", str(tmp_path)]) == 0
+    t0 = time.perf_counter()
+    page, problems = open_page(browser, out)
+    assert time.perf_counter() - t0 < LARGE_READY_SECONDS
+    assert page.locator("g.node.prim").count() == LARGE_PRIMITIVES
+    page.locator("#find").fill("Act_1400")
+    page.locator("#find").press("Enter")
+    assert "Act_1400" in page.locator("#details").inner_text()
+    page.mouse.wheel(0, -300)
+    assert problems == []

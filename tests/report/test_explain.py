@@ -1,0 +1,65 @@
+"""`korch explain`: the kernel of a primitive, its rivals with costs, and the reason each lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from korch.cli import main
+from korch.errors import UsageError
+from korch.profile.database import ProfileDB
+from korch.report.alternatives import Outcome, ProfileIndex
+from korch.report.explain import explain
+from korch.report.facts import load_facts
+from tests.report.conftest import SavedPlan
+
+
+@pytest.fixture(scope="module")
+def index(candy_plan: SavedPlan) -> ProfileIndex:
+    with ProfileDB(candy_plan.cache / "profiles.sqlite") as db:
+        return ProfileIndex(load_facts(candy_plan.path), db, backends=("onnxruntime",))
+
+
+def test_every_kernel_is_a_chosen_candidate_and_no_rival_beats_it(index: ProfileIndex) -> None:
+    facts = index.facts
+    for kernel in facts.kernels:
+        rivals = index.rivals(kernel.nodes)
+        chosen = [r for r in rivals if r.outcome is Outcome.CHOSEN and r.candidate.nodes == kernel.nodes]
+        assert len(chosen) == 1 and chosen[0].cost_s == kernel.cost_s
+        for r in rivals:
+            if r.outcome is Outcome.COSTLIER:
+                assert r.margin_s is not None and r.margin_s > 0 and r.reason.startswith("costlier by")
+            if r.outcome is Outcome.COSTLIER and r.extra_nodes == 0:
+                # same primitives: the BLP's optimum can only be cheaper (exact comparison)
+                assert r.cost_s is not None and r.cost_s > r.covering_s
+
+
+def test_explain_node_by_value_and_by_onnx_node(candy_plan: SavedPlan, index: ProfileIndex) -> None:
+    facts = index.facts
+    kernel = facts.kernels[2]
+    node = facts.graph.nodes[kernel.nodes[1]]
+    text = explain(facts, index, node=node.output)
+    assert f"computed by {kernel.id}" in text and "chosen" in text and "onnxruntime" in text
+    assert "costlier by" in text
+    by_origin = explain(facts, index, node=node.origin)
+    assert f"ONNX node {node.origin} became" in by_origin and node.output in by_origin
+
+
+def test_explain_kernel_and_errors(index: ProfileIndex) -> None:
+    facts = index.facts
+    text = explain(facts, index, kernel="k0")
+    assert text.startswith("k0") and "candidates it beat" in text
+    with pytest.raises(UsageError, match="no such kernel"):
+        explain(facts, index, kernel="k999")
+    name = facts.graph.nodes[3].output
+    with pytest.raises(UsageError, match="did you mean"):
+        explain(facts, index, node=name + "x")
+
+
+def test_cli_explain(candy_plan: SavedPlan, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(candy_plan.path)]) == 0
+    assert "k0" in capsys.readouterr().out
+    assert main(["-q", "explain", str(candy_plan.path), "--kernel", "k1", "--cache", str(candy_plan.cache)]) == 0
+    out = capsys.readouterr()
+    assert "candidates it beat" in out.out and out.err == ""
+    assert main(["explain", str(candy_plan.path), "--node", "nope", "--cache", str(candy_plan.cache)]) != 0
+    assert "no primitive output or ONNX node" in capsys.readouterr().err
