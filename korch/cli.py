@@ -179,6 +179,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         write_json(result, args.json)
         print(f"wrote {args.json}")
+    if args.plan:
+        write_json(result, Path(args.plan) / "bench.json")     # the report shows it beside the plan
     return 0
 
 

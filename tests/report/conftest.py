@@ -23,10 +23,8 @@ LARGE_KERNEL_SIZE = 5
 
 
 def kernels_only_settings() -> OptimizeSettings:
-    """onnxruntime kernels of primitives only (no whole-model or region options), so the plan has many kernels."""
-    names = {f.name for f in dataclasses.fields(OptimizeSettings)}
-    extra = {"regions": None} if "regions" in names else {"whole_model": False}
-    return OptimizeSettings(threads=1, backends=("onnxruntime",), **extra)
+    """onnxruntime kernels of primitives only (no region options), so the plan has many kernels."""
+    return OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,3 +80,52 @@ def test_large_report_stays_usable(browser, tmp_path: Path) -> None:
     assert "Act_1400" in page.locator("#details").inner_text()
     page.mouse.wheel(0, -300)
     assert problems == []
+
+
+def _zoo_plans() -> list[tuple[str, Path | None]]:
+    """Every mini zoo model (optimized here), plus full-size plans from benchmarks/zoo_bench.py when
+    KORCH_ZOO_PLANS names its output directory (plans at DIR/<model>-t<threads>/plan)."""
+    import os
+
+    from korch import zoo
+
+    cases: list[tuple[str, Path | None]] = [(m.name, None) for m in zoo.list_models() if m.mini]
+    root = os.environ.get("KORCH_ZOO_PLANS")
+    if root:
+        cases += [(p.parent.name, p) for p in sorted(Path(root).glob("*/plan")) if (p / "plan.json").exists()]
+    return cases
+
+
+@pytest.mark.parametrize("name,plan_dir", _zoo_plans(), ids=lambda v: str(v) if isinstance(v, str) else "")
+def test_every_zoo_report_opens(browser, name: str, plan_dir: Path | None, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import korch.pipeline
+    import korch.profile.profiler
+    from korch import zoo
+
+    # Only the page is under test here: short timings make the plans quickly (any plan will do).
+    for module, names in ((korch.profile.profiler, ("PROFILE_REPEATS", "PROFILE_WARMUP")),
+                          (korch.pipeline, ("PLAN_REPEATS", "PLAN_WARMUP"))):
+        for attr in names:
+            monkeypatch.setattr(module, attr, 1)
+    monkeypatch.setattr(korch.profile.profiler, "PROFILE_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(korch.pipeline, "PLAN_MIN_SECONDS", 0.0)
+    from korch.pipeline import OptimizeSettings, optimize
+    from korch.plan import load_plan, save_plan
+    from korch.profile.database import ProfileDB
+
+    cache = tmp_path / "cache"
+    if plan_dir is None:
+        cache.mkdir()
+        with ProfileDB(cache / "profiles.sqlite") as db:
+            plan, _, _ = optimize(zoo.to_model_proto(name), db, OptimizeSettings(threads=1, backends=("onnxruntime",)))
+        plan_dir = save_plan(plan, tmp_path / "plan")
+    plan = load_plan(plan_dir, "", "", check_origin=False)
+    out = tmp_path / "report.html"
+    assert main(["report", str(plan_dir), "-o", str(out), "--cache", str(cache)]) == 0
+    page, problems = open_page(browser, out)
+    assert page.locator("g.node.prim").count() == len(plan.graph.nodes)
+    assert page.locator("#bars rect").count() == len(plan.steps)
+    page.locator("#bars rect").nth(0).click()
+    assert "k0" in page.locator("#details").inner_text()
+    assert problems == []
