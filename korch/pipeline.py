@@ -68,9 +68,9 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
 # orchestration: fission -> candidates -> profile -> select -> plan -> check
 
 # Inductor compiles cost ~1.3 s each: this many unique small candidates keeps a cold optimize in minutes.
-DEFAULT_INDUCTOR_BUDGET = 120
-# Regions compiled by Inductor are larger (seconds each): the largest few, the whole graph first.
-DEFAULT_INDUCTOR_REGION_BUDGET = 12
+DEFAULT_INDUCTOR_BUDGET = 40
+# Regions compiled by Inductor take seconds to a minute each: the largest few, the whole graph first.
+DEFAULT_INDUCTOR_REGION_BUDGET = 4
 # A plan is saved only if it agrees with onnxruntime within this error relative to output scale.
 PLAN_RTOL = 1e-4
 # Measured selection: at most this many solve-compile-measure rounds (each re-prices kernel boundaries).
