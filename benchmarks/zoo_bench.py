@@ -1,0 +1,104 @@
+"""The zoo benchmark behind BENCHMARKS.md: cold and warm optimize, then korch bench, per model.
+
+    python benchmarks/zoo_bench.py --threads 2 [--threads 1] [--out DIR] [NAME ...]
+
+For each model and thread count, in separate processes: `korch optimize` with an empty profile
+cache and an empty Inductor code cache (cold), the same command again (warm: everything cached),
+then `korch bench --plan` (korch, onnxruntime and torch.compile interleaved in one process, peak
+memory of each in its own process). Wall time and peak RSS of each optimize come from wait4.
+Results go to DIR/results.json and the Markdown table to stdout; nothing here is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+FULL = ["candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "bert-base", "vit-b16"]
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """Wall seconds, peak RSS (MB) and exit code of a child process, plus its output tail."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - start, usage.ru_maxrss / 1024.0, proc.returncode, output[-3000:]
+
+
+def run_one(name: str, threads: int, out: Path) -> dict:
+    work = out / f"{name}-t{threads}"
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"))
+    korch = [sys.executable, "-m", "korch", "-q"]
+    optimize = korch + ["optimize", name, "-o", str(work / "plan"), "--threads", str(threads),
+                        "--cache", str(work / "profile-cache")]
+    cold_s, cold_rss, code, log = timed(optimize, env)
+    if code != 0:
+        return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
+    warm_s, warm_rss, code, _ = timed(optimize, env)
+    result_json = work / "bench.json"
+    _, _, code, log = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
+                                     "--cache", str(work / "profile-cache"), "--json", str(result_json)], env)
+    if code != 0:
+        return {"model": name, "threads": threads, "error": f"bench failed ({code}): {log}"}
+    result = json.loads(result_json.read_text())
+    result.update(cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss))
+    return result
+
+
+def table(results: list[dict]) -> str:
+    head = ("| model | threads | korch ms | onnxruntime ms | torch.compile ms | vs best | max rel err | "
+            "optimize cold / warm s | optimize RSS MB | run RSS MB korch / ORT | candidates (unique) | profiled | "
+            "kernels by backend |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['threads']} | failed: {r['error'][:120]} |")
+            continue
+        s = r["systems"]
+        others = [s[k]["median_ms"] for k in ("onnxruntime", "torch_compile") if k in s]
+        best = min(others)
+        tc = f"{s['torch_compile']['median_ms']:.2f}" if "torch_compile" in s else "-"
+        rss = f"{s['korch']['peak_rss_mb'] or 0:.0f} / {s['onnxruntime']['peak_rss_mb'] or 0:.0f}"
+        lines.append(
+            f"| {r['model']} | {r['threads']} | {s['korch']['median_ms']:.2f} | {s['onnxruntime']['median_ms']:.2f} | "
+            f"{tc} | {best / s['korch']['median_ms']:.2f}x | {r['max_rel_error']:.1e} | "
+            f"{r['cold_optimize_s']:.0f} / {r['warm_optimize_s']:.1f} | {r['optimize_peak_rss_mb']:.0f} | {rss} | "
+            f"{r['candidates']} ({r['unique_candidates']}) | {r['profiled']} | "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(r['kernels_by_backend'].items()))} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=FULL)
+    parser.add_argument("--threads", type=int, action="append")
+    parser.add_argument("--out", default="bench-out")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path = out / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else []
+    for threads in args.threads or [2]:
+        for name in args.names:
+            print(f"== {name}, {threads} threads", file=sys.stderr, flush=True)
+            results = [r for r in results if (r["model"], r["threads"]) != (name, threads)]
+            results.append(run_one(name, threads, out))
+            results_path.write_text(json.dumps(results, indent=1))
+    print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"run on {date.today().isoformat()}\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
