@@ -14,7 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from korch.candidates import Candidate
-from korch.ir.graph import Graph
+from korch.ir.graph import OUTPUT_COPY, Graph
 
 
 class RegionError(ValueError):
@@ -34,7 +34,9 @@ def _node_key(node: onnx.NodeProto) -> str:
 
 
 def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx.ModelProto:
-    wanted = set(candidate.onnx_nodes)
+    wanted = set(candidate.onnx_nodes) - {OUTPUT_COPY}
+    copies = [graph.nodes[i] for i in candidate.nodes if graph.nodes[i].origin == OUTPUT_COPY]
+    copied = {c.output for c in copies}
     nodes = [n for n in source.model.graph.node if _node_key(n) in wanted]
     if len(nodes) != len(wanted):
         raise RegionError(f"{len(wanted) - len(nodes)} region nodes are not in the model")
@@ -42,6 +44,17 @@ def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx
     initializers = {i.name: i for i in source.model.graph.initializer}
     boundary_in = set(candidate.inputs)
     rename: dict[str, str] = {}
+    by_prim: dict[str, str] = {}
+    for name in sorted(produced):
+        prim = source.value_map.get(name)
+        if prim is not None:
+            by_prim.setdefault(prim, name)
+    for prim in candidate.outputs:
+        if prim in copied:
+            continue
+        if prim not in by_prim:
+            raise RegionError(f"region output {prim!r} is not an ONNX value of the region")
+        rename[by_prim[prim]] = prim
     new_initializers: list[onnx.TensorProto] = []
     for node in nodes:
         for name in node.input:
@@ -56,17 +69,28 @@ def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx
                 rename[name] = name
             elif prim in boundary_in:
                 rename[name] = prim
+            elif prim in by_prim:
+                # the output of a no-op node left out of the region (identity Transpose, Reshape to the
+                # same shape): fission gave it no primitive, it is the region value it copies
+                rename[name] = rename.get(by_prim[prim], by_prim[prim])
             else:
                 raise RegionError(f"ONNX value {name!r} enters the region but is not a boundary input")
-    by_prim: dict[str, str] = {}
-    for name in sorted(produced):
-        prim = source.value_map.get(name)
-        if prim is not None:
-            by_prim.setdefault(prim, name)
-    for prim in candidate.outputs:
-        if prim not in by_prim:
-            raise RegionError(f"region output {prim!r} is not an ONNX value of the region")
-        rename[by_prim[prim]] = prim
+
+    # a graph output that is an input, a constant or another output: an Identity of that value
+    identities = []
+    for copy in copies:
+        (prim,) = copy.inputs
+        if prim in boundary_in:
+            source_name = prim
+        elif prim in graph.constants:
+            if prim not in {t.name for t in new_initializers}:
+                new_initializers.append(numpy_helper.from_array(graph.constants[prim], prim))
+            source_name = prim
+        elif prim in by_prim:
+            source_name = rename.get(by_prim[prim], by_prim[prim])
+        else:
+            raise RegionError(f"output copy of {prim!r} reads a value that is not in the region")
+        identities.append(helper.make_node("Identity", [source_name], [copy.output], name=f"copy:{copy.output}"))
 
     def renamed(node: onnx.NodeProto) -> onnx.NodeProto:
         copy = onnx.NodeProto()
@@ -79,7 +103,7 @@ def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx
         t = graph.types[name]
         return helper.make_tensor_value_info(name, t.dtype.onnx, list(t.shape))
 
-    g = helper.make_graph([renamed(n) for n in nodes], "region", [info(i) for i in candidate.inputs],
+    g = helper.make_graph([renamed(n) for n in nodes] + identities, "region", [info(i) for i in candidate.inputs],
                           [info(o) for o in candidate.outputs], initializer=new_initializers)
     model = helper.make_model(g, opset_imports=list(source.model.opset_import), producer_name="korch-region")
     model.ir_version = source.model.ir_version

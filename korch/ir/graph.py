@@ -141,6 +141,8 @@ def _array_key(array: np.ndarray) -> tuple[str, tuple[int, ...], str]:
 
 FoldFn = Callable[[Node, Sequence[np.ndarray]], np.ndarray]
 
+# The origin of the copy build() adds for an output that is an input, a constant or another output.
+OUTPUT_COPY = "output-copy"
 # Constants at most this large are shared by content; larger ones (weights) keep their own name.
 SHARE_CONSTANT_MAX_ELEMENTS = 64
 
@@ -234,7 +236,7 @@ class GraphBuilder:
             if vname in producers and vname not in rename:
                 rename[vname] = public
             else:
-                nodes.append(Node("reshape", (vname,), public, Attrs({"shape": types[vname].shape}), "output-copy"))
+                nodes.append(Node("reshape", (vname,), public, Attrs({"shape": types[vname].shape}), OUTPUT_COPY))
                 types[public] = types[vname]
             final.append(public)
         nodes = [Node(n.op, tuple(rename.get(i, i) for i in n.inputs), rename.get(n.output, n.output), n.attrs, n.origin)

@@ -50,7 +50,8 @@ def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequen
         for v in node.inputs:
             need_until[v] = max(need_until.get(v, -1), k)
     for job in jobs:
-        end = max(job.candidate.nodes)
+        # a job runs after its last node is computed: its values must outlive that node
+        end = max(job.candidate.nodes) + 1
         for v in job.candidate.inputs + job.candidate.outputs:
             need_until[v] = max(need_until.get(v, -1), end)
     env: dict[str, np.ndarray] = {**graph.constants, **feeds}
@@ -121,7 +122,7 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         return rejected(f"unsupported: {reason}")
     try:
         kernel = compile_candidate(graph, cand, job.backend, options, source)
-        inputs = [np.ascontiguousarray(env[i]) for i in cand.inputs]
+        inputs = [np.asarray(env[i], order="C") for i in cand.inputs]   # (ascontiguousarray makes 0-d 1-d)
         outputs = kernel.run(inputs)
     except Exception as e:  # a backend failing on one candidate must not stop the optimizer
         log.debug("%s failed on %s", job.backend, cand.key[:12], exc_info=True)

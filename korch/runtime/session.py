@@ -84,7 +84,7 @@ class Session:
                 if not np.can_cast(array.dtype, t.dtype.numpy, casting="same_kind"):
                     raise RunError(f"input {name!r}: dtype {array.dtype} given, the plan needs {t}")
                 array = array.astype(t.dtype.numpy)
-            env[name] = np.ascontiguousarray(array)
+            env[name] = np.asarray(array, order="C")      # (ascontiguousarray makes 0-d arrays 1-d)
         return env
 
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -35,6 +35,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 log = logging.getLogger("korch.select")
 
+# A proven-optimal bound this close (relative) to the cost is the cost: float rounding, not a gap.
+_ROUNDING = 1e-12
 # Default solver time limit; on a timeout the best feasible selection is returned with its gap.
 DEFAULT_TIME_LIMIT_S = 60.0
 COST_SCALE = 1e6
@@ -134,6 +136,8 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
     dual = getattr(result, "mip_dual_bound", None)
     bound = total if dual is None or not np.isfinite(dual) else float(dual) / COST_SCALE
     optimal = result.status == 0
+    if optimal and total - bound <= _ROUNDING * total:
+        bound = total    # the bound came back through COST_SCALE and another summation order: same optimum
     log.info("BLP: %d options, %d constraints, chose %d, cost %.4g, %s in %.3f s",
              len(options), len(lower), len(chosen), total, "optimal" if optimal else f"status {result.status}", seconds)
     return Selection(chosen, total, min(bound, total), seconds, optimal)

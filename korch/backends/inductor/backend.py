@@ -148,6 +148,10 @@ class InductorBackend(Backend):
         module = CandidateModule(graph, self.device).eval()
         # Inductor fixes the OpenMP thread count in the code it generates; cpp.threads also keys its cache.
         inductor_options = {"freezing": freezing, "cpp.threads": options.threads}
+        if freezing and any(np.ndim(a) == 0 for a in graph.constants.values()):
+            # torch 2.13: frozen 0-d constants are inlined as literals, but Inductor's FX graph cache
+            # keys them without their values: a graph differing only in such a scalar gets stale code
+            inductor_options["fx_graph_cache"] = False
         # The bound forward, not the module: skips two nn.Module call layers (~4 us a call); Dynamo
         # still sees the module behind it, so freezing still folds its buffers.
         fn = torch.compile(module.forward, backend="inductor", fullgraph=True, dynamic=COMPILE_DYNAMIC,
