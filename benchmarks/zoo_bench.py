@@ -34,17 +34,22 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     return time.perf_counter() - start, usage.ru_maxrss / 1024.0, proc.returncode, output[-3000:]
 
 
-def run_one(name: str, threads: int, out: Path) -> dict:
+def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
+    """Cold + warm optimize and bench; with `previous` (--bench-only) only the bench, on the saved plan."""
     work = out / f"{name}-t{threads}"
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"))
     korch = [sys.executable, "-m", "korch", "-q"]
     optimize = korch + ["optimize", name, "-o", str(work / "plan"), "--threads", str(threads),
                         "--cache", str(work / "profile-cache")]
-    cold_s, cold_rss, code, log = timed(optimize, env)
-    if code != 0:
-        return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
-    warm_s, warm_rss, code, _ = timed(optimize, env)
+    if previous is None:
+        cold_s, cold_rss, code, log = timed(optimize, env)
+        if code != 0:
+            return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
+        warm_s, warm_rss, code, _ = timed(optimize, env)
+    else:
+        cold_s, warm_s = previous["cold_optimize_s"], previous["warm_optimize_s"]
+        cold_rss = warm_rss = previous["optimize_peak_rss_mb"]
     result_json = work / "bench.json"
     _, _, code, log = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
                                      "--cache", str(work / "profile-cache"), "--json", str(result_json)], env)
@@ -83,6 +88,8 @@ def main() -> int:
     parser.add_argument("names", nargs="*", default=FULL)
     parser.add_argument("--threads", type=int, action="append")
     parser.add_argument("--out", default="bench-out")
+    parser.add_argument("--bench-only", action="store_true",
+                        help="re-run only the bench on the saved plans (optimize figures are kept)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -91,8 +98,10 @@ def main() -> int:
     for threads in args.threads or [2]:
         for name in args.names:
             print(f"== {name}, {threads} threads", file=sys.stderr, flush=True)
+            previous = next((r for r in results if (r["model"], r["threads"]) == (name, threads)
+                             and "error" not in r), None) if args.bench_only else None
             results = [r for r in results if (r["model"], r["threads"]) != (name, threads)]
-            results.append(run_one(name, threads, out))
+            results.append(run_one(name, threads, out, previous))
             results_path.write_text(json.dumps(results, indent=1))
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"run on {date.today().isoformat()}\n")
