@@ -12,6 +12,7 @@ from pathlib import Path
 import onnx
 
 from korch.backends import get_backend
+from korch.backends.reference import run_graph
 from korch.candidates import Candidate, CandidateLimits, RegionLimits, enumerate_candidates, region_candidates
 from korch.errors import ModelLoadError, VerificationError
 from korch.frontend import load_model
@@ -73,6 +74,8 @@ DEFAULT_INDUCTOR_BUDGET = 40
 DEFAULT_INDUCTOR_REGION_BUDGET = 4
 # A plan is saved only if it agrees with onnxruntime within this error relative to output scale.
 PLAN_RTOL = 1e-4
+# A plan may differ from onnxruntime by this multiple of onnxruntime's own error vs the reference.
+FP32_FLOOR_FACTOR = 2.0
 # Measured selection: at most this many solve-compile-measure rounds (each re-prices kernel boundaries).
 MAX_SELECTION_ROUNDS = 3
 # Timing a whole plan: few repeats suffice to compare plans that differ by more than noise.
@@ -191,12 +194,26 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
     return replace(plan, summary=dict(stats)), session
 
 
+def plan_tolerance(onnxruntime_error: float) -> float:
+    """The error a correct plan may show against onnxruntime, given onnxruntime's own error against
+    korch's reference (which accumulates in float64): PLAN_RTOL, or twice that floor on models deeper
+    than fp32 is exact (yolov4: onnxruntime is 3.35e-4 of scale from a float64 run)."""
+    return max(PLAN_RTOL, FP32_FLOOR_FACTOR * onnxruntime_error)
+
+
 def check_plan(plan: Plan, session: Session, model: onnx.ModelProto, seed: int) -> VerifyReport:
-    """Compare the compiled plan with onnxruntime on fresh random inputs."""
+    """Compare the compiled plan with onnxruntime on fresh random inputs. If it misses PLAN_RTOL, the
+    reference executor measures onnxruntime's own fp32 error on the same inputs to set the bar."""
     feeds = random_feeds(plan.graph, seed)
     expected = run_onnxruntime(model, feeds)
     actual = dict(zip(plan.graph.outputs, session.run(None, feeds)))
-    return VerifyReport(seed, diff_outputs(actual, expected), PLAN_RTOL)
+    report = VerifyReport(seed, diff_outputs(actual, expected), PLAN_RTOL)
+    if report.ok:
+        return report
+    floor = max(d.rel for d in diff_outputs(expected, run_graph(plan.graph, feeds)))
+    log.warning("plan misses %.0e against onnxruntime (%.2e); onnxruntime is %.2e from the reference",
+                PLAN_RTOL, report.max_rel, floor)
+    return VerifyReport(seed, report.outputs, plan_tolerance(floor))
 
 
 def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, settings: OptimizeSettings = OptimizeSettings(),
@@ -212,7 +229,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     t0 = time.perf_counter()
     report = check_plan(plan, session, fissioned.model, settings.seed + 1)
     stats.update(fission_seconds=fissioned.fission_seconds, load_seconds=fissioned.load_seconds,
-                 check_seconds=time.perf_counter() - t0, max_rel_error=report.max_rel,
+                 check_seconds=time.perf_counter() - t0, max_rel_error=report.max_rel, check_tolerance=report.rtol,
                  optimize_seconds=time.perf_counter() - start)
     if not report.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {report.summary()}")
