@@ -15,6 +15,14 @@ AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 # ---- convolution ----------------------------------------------------------------------------
 
+def explicit_pads(node: OnnxNode, nsp: int) -> tuple[int, ...]:
+    """The `pads` attribute (begins then ends, default zeros), checked: 2 * nsp non-negative ints."""
+    pads = tuple(int(p) for p in node.attr("pads", [0] * 2 * nsp))
+    if len(pads) != 2 * nsp or min(pads) < 0:
+        raise FissionError(f"{node.op_type} pads {list(pads)} are not {2 * nsp} non-negative ints")
+    return pads
+
+
 @dataclass(frozen=True)
 class ConvGeometry:
     """The spatial attributes of a Conv/ConvTranspose node, defaults filled in and checked."""
@@ -43,9 +51,7 @@ def _conv_geometry(node: OnnxNode, w: Value) -> ConvGeometry:
         raise FissionError(f"{node.op_type} auto_pad {auto_pad!r} is not one of {', '.join(AUTO_PADS)}")
     pads = None
     if auto_pad == "NOTSET":
-        pads = tuple(int(p) for p in node.attr("pads", [0] * 2 * nsp))
-        if len(pads) != 2 * nsp or min(pads) < 0:
-            raise FissionError(f"{node.op_type} pads {list(pads)} are not {2 * nsp} non-negative ints")
+        pads = explicit_pads(node, nsp)
     elif auto_pad == "VALID":
         pads = (0,) * 2 * nsp
     return ConvGeometry(kernel, strides, dilations, auto_pad, pads)

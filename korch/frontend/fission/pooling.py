@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from korch.frontend.fission import FissionContext, FissionError, OnnxNode, fission
-from korch.frontend.fission.linear import AUTO_PADS, split_same_padding
+from korch.frontend.fission.linear import AUTO_PADS, explicit_pads, split_same_padding
 from korch.ir.graph import Value
 from korch.ir.types import DType
 
@@ -46,9 +46,7 @@ def pool_geometry(node: OnnxNode, in_sizes: Sequence[int], dilations_allowed: bo
                            f"{list(dilations)} must be {nsp} positive ints")
     auto_pad = node.attr("auto_pad", "NOTSET")
     if auto_pad == "NOTSET":
-        pads = tuple(int(p) for p in node.attr("pads", [0] * 2 * nsp))
-        if len(pads) != 2 * nsp or min(pads) < 0:
-            raise FissionError(f"{node.op_type} pads {list(pads)} are not {2 * nsp} non-negative ints")
+        pads = explicit_pads(node, nsp)
     elif auto_pad == "VALID":
         pads = (0,) * 2 * nsp
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
