@@ -101,7 +101,7 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
     from korch.plan import save_plan
 
     zoo_name = model_spec if not Path(model_spec).exists() and model_spec in [m.name for m in zoo.list_models()] else None
-    model = resolve_model(model_spec)
+    model = resolve_model(model_spec, db.path.parent)
     model = model if isinstance(model, onnx.ModelProto) else onnx.load(model)
     settings = settings or OptimizeSettings(threads=threads)
     with tempfile.TemporaryDirectory(prefix="korch-bench-") as tmp:

@@ -129,8 +129,9 @@ def format_summary(stats: dict, by_backend: dict[str, int]) -> str:
         ("profiled", f"{stats['profiled_new']} new, {stats['profiled_cached']} from cache"),
         ("kernels", f"{stats['kernels']}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items()))),
         ("time", f"measured {stats['measured_ms']:.3f} ms per run; predicted {stats['predicted_ms']:.3f} ms (sum of "
-                 f"profiled kernels); {stats['selection_rounds']} selection round(s), kernel boundary penalty "
-                 f"{stats['kernel_penalty_us']:.0f} us"),
+                 f"profiled kernels); {stats['selection_rounds']} selection round(s)"
+                 f"{' (penalty remembered from an earlier run)' if stats.get('selection_remembered') else ''}, "
+                 f"kernel boundary penalty {stats['kernel_penalty_us']:.0f} us"),
         ("solver", f"{stats['solve_seconds']:.3f} s, gap {stats['gap']:.1e}, "
                    f"{'proven optimal' if stats['optimal'] else 'NOT proven optimal'}"),
         ("check", f"max relative error vs onnxruntime {stats['max_rel_error']:.2e}"),

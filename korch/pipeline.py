@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -41,23 +42,31 @@ class FissionResult:
     value_map: Mapping[str, str] | None = None   # ONNX value name -> primitive-graph value name
 
 
-def resolve_model(spec: str | os.PathLike | onnx.ModelProto) -> str | os.PathLike | onnx.ModelProto:
-    """A ModelProto, an existing file, or the name of a zoo model (built on the spot)."""
+def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
+                  cache_dir: str | os.PathLike | None = None) -> str | os.PathLike | onnx.ModelProto:
+    """A ModelProto, an existing file, or the name of a zoo model: built on the spot, or with a
+    cache_dir exported once into it and read back from there."""
     if isinstance(spec, onnx.ModelProto) or Path(spec).exists():
         return spec
     from korch import zoo
 
     names = [m.name for m in zoo.list_models()]
     if str(spec) in names:
+        if cache_dir is not None:
+            try:
+                return zoo.cached_export(str(spec), cache_dir)
+            except OSError as e:
+                log.warning("cannot cache the exported zoo model under %s (%s); building it in memory", cache_dir, e)
         log.info("building zoo model %s", spec)
         return zoo.to_model_proto(str(spec))
     raise ModelLoadError(f"{spec}: no such file, and not a zoo model (zoo: {', '.join(names)})")
 
 
 def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
-                verify: bool = False, seed: int = 0, rtol: float = DEFAULT_RTOL) -> FissionResult:
+                verify: bool = False, seed: int = 0, rtol: float = DEFAULT_RTOL,
+                cache_dir: str | os.PathLike | None = None) -> FissionResult:
     t0 = time.perf_counter()
-    model = load_model(resolve_model(source), input_shapes)
+    model = load_model(resolve_model(source, cache_dir), input_shapes)
     t1 = time.perf_counter()
     graph, value_map = fission_with_value_map(model)
     t2 = time.perf_counter()
@@ -143,12 +152,26 @@ def optimize_graph(fissioned: FissionResult, db: ProfileDB, settings: OptimizeSe
             steps[opt.key] = Step(name, c.nodes, c.inputs, c.outputs, c.key, r.median_s, onnx_nodes)
             if c.size == len(graph.nodes):
                 stats[f"{name}_whole_model_ms"] = r.median_s * 1e3
-    plan, session = _measured_selection(graph, options, steps, source, settings, machine, stats)
+    plan, session = _measured_selection(graph, options, steps, source, settings, machine, stats, db)
     return plan, session, stats
 
 
+def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], settings: OptimizeSettings,
+                          machine: str) -> str:
+    """Identifies a selection problem: every option's candidate, backend, primitives and profiled
+    cost, with threads and machine. Equal keys mean the solver sees exactly the same problem."""
+    from korch import __version__
+
+    h = hashlib.sha256(f"{__version__}|{settings.threads}|{machine}|{MAX_SELECTION_ROUNDS}".encode())
+    rows = sorted(f"{steps[o.key].key}|{steps[o.key].backend}|{sorted(o.nodes)}|{o.cost!r}" for o in options)
+    for row in rows:
+        h.update(row.encode() + b"\n")
+    return h.hexdigest()
+
+
 def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step], source: OnnxSource,
-                        settings: OptimizeSettings, machine: str, stats: dict) -> tuple[Plan, Session]:
+                        settings: OptimizeSettings, machine: str, stats: dict,
+                        db: ProfileDB | None = None) -> tuple[Plan, Session]:
     """Solve, compile and time the plan end to end; re-solve with a per-kernel penalty learned from
     the gap between measured and predicted time; keep the fastest plan as measured.
 
@@ -156,14 +179,20 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
     also costs (a hand-off between thread pools, tensors written by one kernel and read cold by the
     next). The penalty moves the choice toward fewer, larger kernels exactly as far as measurement
     says it should, and the final choice is always a measured executable.
+
+    The penalty of the plan kept is stored in the profile database: the same problem later (a warm
+    run) starts from it and solves, compiles and times once.
     """
     from korch import __version__
 
     feeds = random_feeds(graph, settings.seed + 2)
-    tried: list[tuple[float, Plan, Session]] = []
+    tried: list[tuple[float, Plan, Session, float]] = []
     seen: set[frozenset[str]] = set()
-    penalty = solve_s = 0.0
-    for _ in range(MAX_SELECTION_ROUNDS):
+    problem = selection_problem_key(options, steps, settings, machine)
+    remembered = db.get_selection(problem) if db is not None else None
+    penalty = remembered[0] if remembered else 0.0
+    solve_s = 0.0
+    for _ in range(1 if remembered else MAX_SELECTION_ROUNDS):
         priced = [replace(o, cost=o.cost + penalty) for o in options]
         selection = solve(priced, graph.inputs, graph.outputs, required=range(len(graph.nodes)),
                           time_limit=settings.solver_time_limit_s)
@@ -183,14 +212,16 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
                            min_seconds=PLAN_MIN_SECONDS).median_s
         log.info("selection round %d: %d kernels, predicted %.3f ms, measured %.3f ms", len(tried) + 1,
                  len(chosen), predicted * 1e3, measured * 1e3)
-        tried.append((measured, plan, session))
+        tried.append((measured, plan, session, penalty))
         overhead = (measured - predicted) / len(chosen)
         if overhead <= penalty or len(chosen) == 1:
             break
         penalty = overhead
-    measured, plan, session = min(tried, key=lambda t: t[0])
+    measured, plan, session, kept_penalty = min(tried, key=lambda t: t[0])
+    if db is not None and not remembered:
+        db.put_selection(problem, kept_penalty, measured)
     stats.update(plan.summary, kernels=len(plan.steps), measured_ms=measured * 1e3, selection_rounds=len(tried),
-                 solve_seconds=solve_s)
+                 selection_remembered=int(remembered is not None), solve_seconds=solve_s)
     return replace(plan, summary=dict(stats)), session
 
 
@@ -224,7 +255,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     Raises VerificationError (and returns no plan) if the plan disagrees with onnxruntime.
     """
     start = time.perf_counter()
-    fissioned = run_fission(source, input_shapes)
+    fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent)
     plan, session, stats = optimize_graph(fissioned, db, settings, progress)
     t0 = time.perf_counter()
     report = check_plan(plan, session, fissioned.model, settings.seed + 1)

@@ -54,6 +54,18 @@ def test_second_optimize_profiles_nothing(db: ProfileDB) -> None:
     assert second["profiled_new"] == 0 and second["profiled_cached"] == first["profiled_new"] + first["profiled_cached"]
 
 
+def test_second_optimize_reuses_the_measured_selection(db: ProfileDB) -> None:
+    """The boundary penalty measured selection settled on is stored: the same problem again solves,
+    compiles and times once, and picks the plan that was kept the first time."""
+    model = zoo.to_model_proto("efficientvit-mini")
+    plan1, _, first = optimize(model, db, ORT_KERNELS_ONLY)
+    plan2, _, second = optimize(model, db, ORT_KERNELS_ONLY)
+    assert first["selection_remembered"] == 0
+    assert second["selection_remembered"] == 1 and second["selection_rounds"] == 1
+    assert second["kernel_penalty_us"] == first["kernel_penalty_us"]
+    assert [s.key for s in plan2.steps] == [s.key for s in plan1.steps]
+
+
 def test_whole_model_region_bounds_the_plan(db: ProfileDB) -> None:
     """onnxruntime's whole-model run is one option, so the exact BLP (each kernel priced at its
     profile plus the learned boundary penalty) never picks a plan priced above it."""

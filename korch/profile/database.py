@@ -12,6 +12,11 @@ returned from survives the process being killed at any moment; `synchronous=NORM
 power loss can drop the last few commits, and never corrupts the file. Several processes may write
 one file at once (WAL readers never block; writers wait up to BUSY_TIMEOUT_S for each other).
 
+A second table remembers, per selection problem (the graph's profiled options, threads, machine),
+the kernel-boundary penalty that measured selection settled on and the plan's measured time, so a
+warm `korch optimize` solves once instead of compiling and timing every round again. It was added
+without a schema bump: a file without it gets it on open, and older korch ignores it.
+
 The file is the user's: a file that is not a korch profile database, is corrupt, or was written by a
 newer korch is reported as a ProfileDBError and left byte for byte as it was, never repaired.
 """
@@ -52,6 +57,14 @@ _ADVICE_WAIT = "Wait for the other korch process, or pass another --cache direct
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _KEY_COLUMNS = ("candidate_key", "backend", "backend_version", "threads", "machine")
 _VALUE_COLUMNS = ("median_s", "p10_s", "p90_s", "runs", "status", "reason", "created_at")   # Record's order
+_SELECTIONS = """
+CREATE TABLE IF NOT EXISTS selections (
+    problem_key TEXT PRIMARY KEY,
+    penalty_s REAL NOT NULL,
+    measured_s REAL NOT NULL,
+    created_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS profiles (
@@ -69,6 +82,7 @@ CREATE TABLE IF NOT EXISTS profiles (
     created_at REAL NOT NULL,
     PRIMARY KEY ({", ".join(_KEY_COLUMNS)})
 ) WITHOUT ROWID;
+{_SELECTIONS}
 """
 
 
@@ -195,6 +209,19 @@ class ProfileDB:
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 
+    def get_selection(self, problem_key: str) -> tuple[float, float] | None:
+        """(penalty_s, measured_s) stored for this selection problem, or None."""
+        rows = self._query("SELECT penalty_s, measured_s FROM selections WHERE problem_key = ?", (problem_key,))
+        return (float(rows[0][0]), float(rows[0][1])) if rows else None
+
+    def put_selection(self, problem_key: str, penalty_s: float, measured_s: float) -> None:
+        conn = self._connection()
+        try:
+            conn.execute("INSERT OR REPLACE INTO selections (problem_key, penalty_s, measured_s, created_at) "
+                         "VALUES (?, ?, ?, ?)", (problem_key, penalty_s, measured_s, time.time()))
+        except sqlite3.Error as e:
+            raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
+
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM profiles", ())[0][0])
 
@@ -287,6 +314,8 @@ def _open_once(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
         if version is None:
             _create_schema(conn, path)
+        else:
+            conn.execute(_SELECTIONS)     # version-1 files from before the table existed
     except BaseException:
         conn.close()
         raise

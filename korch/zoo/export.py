@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import os
 import uuid
 import warnings
 from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -123,7 +126,37 @@ def to_model_proto(name: str, seed: int = 0) -> onnx.ModelProto:
 
 def export_onnx(name: str, path: str | os.PathLike, seed: int = 0) -> None:
     """Write the model to `path` atomically (temp file in the same directory, then os.replace)."""
-    proto = to_model_proto(name, seed)
+    _write_atomic(to_model_proto(name, seed), path)
+
+
+def export_fingerprint() -> str:
+    """What an exported zoo model depends on: the zoo's own source and the exporting libraries."""
+    h = hashlib.sha256()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(source.name.encode() + b"\0" + source.read_bytes())
+    for package in ("torch", "onnx", "onnxscript"):
+        try:
+            h.update(f"{package}={metadata.version(package)};".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{package}=none;".encode())
+    return h.hexdigest()[:16]
+
+
+def cached_export(name: str, cache_dir: str | os.PathLike, seed: int = 0) -> Path:
+    """The zoo model as an ONNX file under `cache_dir/zoo`, exported on first use.
+
+    Building and exporting takes 3-30 s (most of a warm `korch optimize`); the file is keyed by
+    model, seed and export_fingerprint(), so a changed zoo or exporter makes a new one."""
+    get_model(name)    # unknown names fail here, before anything is written
+    directory = Path(cache_dir) / "zoo"
+    path = directory / f"{name}-seed{seed}-{export_fingerprint()}.onnx"
+    if not path.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomic(to_model_proto(name, seed), path)
+    return path
+
+
+def _write_atomic(proto: onnx.ModelProto, path: str | os.PathLike) -> None:
     target = os.fspath(path)
     directory, base = os.path.split(os.path.abspath(target))
     tmp = os.path.join(directory, f".{base}.{uuid.uuid4().hex}.tmp")

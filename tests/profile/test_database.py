@@ -106,6 +106,21 @@ def test_persists_across_reopen_in_wal_mode(tmp_path: Path) -> None:
         assert conn.execute("SELECT version FROM korch_schema").fetchall() == [(SCHEMA_VERSION,)]
 
 
+def test_selections_persist_and_older_files_gain_the_table(tmp_path: Path) -> None:
+    path = tmp_path / "p.sqlite"
+    with ProfileDB(path) as db:
+        db.put(ok("k"))
+        assert db.get_selection("problem") is None
+        db.put_selection("problem", 2.5e-4, 1.25e-2)
+    with sqlite3.connect(path) as conn:          # a file from before the selections table existed
+        conn.execute("DROP TABLE selections")
+    with ProfileDB(path) as db:
+        assert db.get_selection("problem") is None and db.get("k", "inductor", "torch-2.13", 2, MACHINE)
+        db.put_selection("problem", 2.5e-4, 1.25e-2)
+    with ProfileDB(path) as db:
+        assert db.get_selection("problem") == (2.5e-4, 1.25e-2)
+
+
 def test_creates_missing_cache_directories(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "profiles.sqlite"
     with ProfileDB(path) as db:

@@ -186,3 +186,35 @@ def test_full_model_output_depends_on_input(name: str) -> None:
     rng = np.random.default_rng(_seed(name, "full"))
     first, second = _random_inputs(model, rng), _random_inputs(model, rng)
     _assert_sensitive(_eager(module, first), _eager(module, second))
+
+
+def test_cached_export_exports_once_and_matches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = zoo_export.to_model_proto
+
+    def counting(name: str, seed: int = 0) -> onnx.ModelProto:
+        calls.append(name)
+        return real(name, seed)
+
+    monkeypatch.setattr(zoo_export, "to_model_proto", counting)
+    first = zoo.cached_export("candy-mini", tmp_path)
+    second = zoo.cached_export("candy-mini", tmp_path)
+    assert first == second and calls == ["candy-mini"]
+    assert [p.name for p in (tmp_path / "zoo").iterdir()] == [first.name]    # no temp file left
+    assert onnx.load(os.fspath(first)).SerializeToString() == real("candy-mini").SerializeToString()
+    assert zoo.cached_export("candy-mini", tmp_path, seed=1) != first
+
+
+def test_cached_export_refuses_unknown_names_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(KorchError, match="no-such-model"):
+        zoo.cached_export("no-such-model", tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resolve_model_falls_back_to_memory_when_the_cache_is_unwritable(tmp_path: Path) -> None:
+    from korch.pipeline import resolve_model
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert isinstance(resolve_model("candy-mini", blocker), onnx.ModelProto)
+    assert isinstance(resolve_model("candy-mini", tmp_path), Path)
