@@ -38,6 +38,8 @@ MIN_ROUND_SECONDS = 0.002
 # (onnxruntime's and libgomp's pools busy-wait after a call; measured on candy, without a pause
 # torch.compile read 72 ms interleaved against 43 ms alone).
 SETTLE_SECONDS = 0.02
+# Untimed calls after the pause: the first call after idling runs cold (2-3x slower on a 5 ms model).
+TURN_WARMUP = 1
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
         one = measure(systems[1].run, warmup=2, repeats=3, min_seconds=0.0).median_s
         per_round = max(1, int(MIN_ROUND_SECONDS / max(one, 1e-9)))
         timings = interleaved({s.name: s.run for s in systems}, rounds, warmup=3, calls_per_round=per_round,
-                              settle_s=SETTLE_SECONDS)
+                              settle_s=SETTLE_SECONDS, turn_warmup=TURN_WARMUP)
         rss: dict[str, float | None] = {s.name: None for s in systems}
         if measure_rss:
             model_path = Path(tmp) / "model.onnx"

@@ -100,6 +100,19 @@ def test_interleaved_rotates_order_and_reports_per_call_means() -> None:
     assert firsts == ["a", "b", "c", "a", "b", "c"]
 
 
+def test_interleaved_turn_warmup_keeps_each_turns_cold_call_out_of_the_sample() -> None:
+    clock = FakeClock()
+    # Each turn's first call is cold (1 ms), the rest take 1 µs: as after an idle pause.
+    fns = {"a": clock.task("a", [1_000_000, 1_000, 1_000]), "b": clock.task("b", [1_000_000, 2_000, 2_000])}
+    timings = interleaved(fns, rounds=5, warmup=0, calls_per_round=2, turn_warmup=1, clock=clock)
+    assert timings["a"].p90_s == pytest.approx(1e-6, rel=REL)
+    assert timings["b"].p90_s == pytest.approx(2e-6, rel=REL)
+    cold = interleaved(fns, rounds=5, warmup=0, calls_per_round=2, clock=clock)
+    assert cold["a"].median_s > 100e-6                          # without it the cold call dominates
+    with pytest.raises(ValueError):
+        interleaved(fns, rounds=1, turn_warmup=-1)
+
+
 def test_interleaved_needs_callables_and_rounds() -> None:
     with pytest.raises(ValueError):
         interleaved({}, rounds=3)
