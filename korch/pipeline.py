@@ -186,12 +186,13 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
     from korch import __version__
 
     feeds = random_feeds(graph, settings.seed + 2)
-    tried: list[tuple[float, Plan, Session, float]] = []
+    tried: list[tuple[float, Plan, Session, float]] = []     # the fastest so far
     seen: set[frozenset[str]] = set()
     problem = selection_problem_key(options, steps, settings, machine)
     remembered = db.get_selection(problem) if db is not None else None
     penalty = remembered[0] if remembered else 0.0
     solve_s = 0.0
+    rounds = 0
     for _ in range(1 if remembered else MAX_SELECTION_ROUNDS):
         priced = [replace(o, cost=o.cost + penalty) for o in options]
         selection = solve(priced, graph.inputs, graph.outputs, required=range(len(graph.nodes)),
@@ -210,17 +211,21 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
         session = compile_plan(plan)
         measured = measure(lambda: session.run(None, feeds), warmup=PLAN_WARMUP, repeats=PLAN_REPEATS,
                            min_seconds=PLAN_MIN_SECONDS).median_s
-        log.info("selection round %d: %d kernels, predicted %.3f ms, measured %.3f ms", len(tried) + 1,
+        rounds += 1
+        log.info("selection round %d: %d kernels, predicted %.3f ms, measured %.3f ms", rounds,
                  len(chosen), predicted * 1e3, measured * 1e3)
-        tried.append((measured, plan, session, penalty))
+        if tried and measured >= tried[0][0]:
+            session = None          # keep only the fastest plan's kernels alive (memory)
+        else:
+            tried = [(measured, plan, session, penalty)]
         overhead = (measured - predicted) / len(chosen)
         if overhead <= penalty or len(chosen) == 1:
             break
         penalty = overhead
-    measured, plan, session, kept_penalty = min(tried, key=lambda t: t[0])
+    measured, plan, session, kept_penalty = tried[0]
     if db is not None and not remembered:
         db.put_selection(problem, kept_penalty, measured)
-    stats.update(plan.summary, kernels=len(plan.steps), measured_ms=measured * 1e3, selection_rounds=len(tried),
+    stats.update(plan.summary, kernels=len(plan.steps), measured_ms=measured * 1e3, selection_rounds=rounds,
                  selection_remembered=int(remembered is not None), solve_seconds=solve_s)
     return replace(plan, summary=dict(stats)), session
 

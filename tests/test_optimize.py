@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 import korch.runtime as runtime
@@ -14,6 +15,8 @@ from korch.cli import main
 from korch.errors import ExitCode
 from korch.pipeline import OptimizeSettings, optimize
 from korch.plan import PlanError, load_plan, save_plan
+from korch.ir.serialize import LazyConstants
+from korch.plan.plan import EXTERNAL_MIN_BYTES
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
 
@@ -64,6 +67,36 @@ def test_second_optimize_reuses_the_measured_selection(db: ProfileDB) -> None:
     assert second["selection_remembered"] == 1 and second["selection_rounds"] == 1
     assert second["kernel_penalty_us"] == first["kernel_penalty_us"]
     assert [s.key for s in plan2.steps] == [s.key for s in plan1.steps]
+
+
+def test_saved_plan_maps_its_weights_instead_of_copying_them(db: ProfileDB, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """original.onnx keeps no weight data: onnxruntime reads it from original.weights itself, and
+    primitive-graph constants are read only if some kernel needs them."""
+    model = zoo.to_model_proto("candy-mini")
+    plan, session, _ = optimize(model, db, ORT_ONLY)
+    assert plan.source is not None and any(s.onnx_nodes for s in plan.steps)
+    save_plan(plan, tmp_path / "plan")
+    saved = onnx.load(str(tmp_path / "plan" / "original.onnx"), load_external_data=False)
+    external = [t for t in saved.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert external and all(t.ByteSize() < EXTERNAL_MIN_BYTES for t in saved.graph.initializer)
+    read: list[np.ndarray] = []
+    real_getitem = LazyConstants.__getitem__
+    monkeypatch.setattr(LazyConstants, "__getitem__", lambda self, name: read.append(real_getitem(self, name)) or read[-1])
+    loaded = runtime.load(tmp_path / "plan")
+    assert loaded.plan.source.weights_dir == tmp_path / "plan"
+    assert all(s.onnx_nodes for s in plan.steps)      # weights come from original.weights, not constants.npz
+    assert all(a.nbytes < EXTERNAL_MIN_BYTES for a in read)
+    monkeypatch.undo()
+    feeds = random_feeds(plan.graph, seed=7)
+    for a, b in zip(loaded.run(None, feeds), session.run(None, feeds)):
+        np.testing.assert_array_equal(a, b)
+    save_plan(loaded.plan, tmp_path / "again")                # a loaded plan saves again, same bytes
+    assert (tmp_path / "again" / "original.weights").read_bytes() == (tmp_path / "plan" / "original.weights").read_bytes()
+    with open(tmp_path / "plan" / "original.weights", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(PlanError, match="damaged"):
+        runtime.load(tmp_path / "plan")
 
 
 def test_whole_model_region_bounds_the_plan(db: ProfileDB) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -52,7 +53,9 @@ class Backend(ABC):
     accepts_onnx: bool = False
 
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
-                     options: CompileOptions) -> Kernel:
+                     options: CompileOptions, external_dir: Path | None = None) -> Kernel:
+        """`external_dir`: where the files of the model's EXTERNAL initializers are (their
+        locations are relative to it); the engine reads them from there itself."""
         raise NotImplementedError(f"backend {self.name} does not run ONNX models")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import onnx
 from onnx import helper, numpy_helper
@@ -23,10 +24,15 @@ class RegionError(ValueError):
 
 @dataclass(frozen=True)
 class OnnxSource:
-    """The loaded (shape-fixed) ONNX model and where each of its values went in the primitive graph."""
+    """The loaded (shape-fixed) ONNX model and where each of its values went in the primitive graph.
+
+    `weights_dir`: the directory that the locations of the model's EXTERNAL initializers are
+    relative to (a loaded plan keeps its weights in a file beside original.onnx); region models
+    refer to the same file, and an engine reads from it directly."""
 
     model: onnx.ModelProto
     value_map: Mapping[str, str]
+    weights_dir: Path | None = None
 
 
 def _node_key(node: onnx.NodeProto) -> str:

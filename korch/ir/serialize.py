@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from korch.errors import KorchError
 from korch.ir.graph import Attrs, Graph, Node
 from korch.ir.types import DType, TensorType
 
@@ -44,17 +46,59 @@ def graph_to_json(graph: Graph) -> dict[str, Any]:
     }
 
 
-def graph_from_json(data: dict[str, Any], constants: dict[str, np.ndarray]) -> Graph:
+class ConstantsError(KorchError):
+    """A saved graph's constants file is damaged."""
+
+
+class LazyConstants(Mapping[str, np.ndarray]):
+    """Constants read from an .npz archive on first use (read-only), so a loaded plan whose kernels
+    carry their own weights (onnxruntime regions) never reads them. Keeps the archive open."""
+
+    def __init__(self, path: Path, names: Sequence[str]) -> None:
+        self._path = path
+        self._archive = np.load(path, allow_pickle=False)
+        self._members = {n: f"c{k}" for k, n in enumerate(names)}
+        self._loaded: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        array = self._loaded.get(name)
+        if array is None:
+            try:
+                array = self._archive[self._members[name]]
+            except KeyError:
+                raise
+            except Exception as e:   # zipfile and numpy raise several types for a damaged member
+                raise ConstantsError(f"{self._path}: cannot read constant {name!r} "
+                                     f"({type(e).__name__}: {e})") from None
+            array.setflags(write=False)
+            self._loaded[name] = array
+        return array
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._members
+
+
+def graph_from_json(data: dict[str, Any], constants: Mapping[str, np.ndarray]) -> Graph:
     if data.get("format") != FORMAT_VERSION:
         raise ValueError(f"graph format {data.get('format')} is not {FORMAT_VERSION}")
-    for array in constants.values():
-        array.setflags(write=False)
+    if set(constants) != set(data["constants"]):
+        raise ValueError("the constants stored do not match the graph's")
+    if not isinstance(constants, LazyConstants):
+        for array in constants.values():
+            array.setflags(write=False)
+        constants = {k: constants[k] for k in data["constants"]}
     nodes = tuple(Node(n["op"], tuple(n["inputs"]), n["output"],
                        Attrs({k: _attr_from_json(v) for k, v in n["attrs"].items()}), n["origin"])
                   for n in data["nodes"])
     types = {k: TensorType(tuple(shape), DType(dtype)) for k, (shape, dtype) in data["types"].items()}
     return Graph(data["name"], tuple(data["inputs"]), tuple(data["outputs"]), nodes,
-                 MappingProxyType(types), MappingProxyType({k: constants[k] for k in data["constants"]}))
+                 MappingProxyType(types), MappingProxyType(constants))
 
 
 def save_graph(graph: Graph, directory: Path) -> None:
@@ -66,8 +110,7 @@ def save_graph(graph: Graph, directory: Path) -> None:
 
 
 def load_graph(directory: Path) -> Graph:
+    """The graph saved in `directory`; its constants are read when first used."""
     data = json.loads((directory / "graph.json").read_text())
     names = json.loads((directory / "constants.json").read_text())
-    with np.load(directory / "constants.npz", allow_pickle=False) as archive:
-        constants = {n: archive[f"c{k}"] for k, n in enumerate(names)}
-    return graph_from_json(data, constants)
+    return graph_from_json(data, LazyConstants(directory / "constants.npz", names))

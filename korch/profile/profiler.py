@@ -104,7 +104,8 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
     """A region goes to an ONNX engine as its original nodes; everything else as primitives."""
     backend = get_backend(backend_name)
     if cand.onnx_nodes and backend.accepts_onnx and source is not None:
-        return backend.compile_onnx(region_model(source, graph, cand), cand.inputs, cand.outputs, options)
+        model = region_model(source, graph, cand)
+        return backend.compile_onnx(model, cand.inputs, cand.outputs, options, source.weights_dir)
     return backend.compile(extract_subgraph(graph, cand), options)
 
 
