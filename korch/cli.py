@@ -332,7 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING
-    logging.basicConfig(level=level, format="%(name)s: %(message)s")
+    # -v is korch's stage log; other libraries (onnxscript, torch) stay at warnings, or they flood it.
+    logging.basicConfig(level=max(level, logging.WARNING) if not args.quiet else level,
+                        format="%(name)s: %(message)s")
+    logging.getLogger("korch").setLevel(level)
     try:
         return args.run(args)
     except KorchError as e:

@@ -91,3 +91,15 @@ def test_zoo_list_and_export(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["zoo", "export", "no-such-model", "-o", str(tmp_path / "x.onnx")]) == ExitCode.USAGE
     assert "candy" in capsys.readouterr().err
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_verbose_enables_korch_logs_only() -> None:
+    """-v turns on korch's stage logs; third-party debug logs (onnxscript, torch) would bury them."""
+    import subprocess
+    import sys
+
+    code = ("import logging; from korch.cli import main; main(['-v', 'zoo', 'list']); "
+            "print(logging.getLogger('korch.pipeline').isEnabledFor(logging.DEBUG), "
+            "logging.getLogger('onnxscript').isEnabledFor(logging.DEBUG))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "True False"
