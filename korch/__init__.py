@@ -13,11 +13,12 @@ OPENMP_SPIN_COUNT = "10000"
 if "torch" not in _sys.modules:
     _os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN_COUNT)
 
+from korch.api import compile, load, optimize, save
 from korch.errors import KorchError
 from korch.frontend import fission, load_model
 from korch.ir import DType, Graph, PrimClass, TensorType
 from korch.verify import VerifyReport, verify_graph
 
 __version__ = "0.1.0"
-__all__ = ["DType", "Graph", "KorchError", "PrimClass", "TensorType", "VerifyReport", "fission", "load_model",
-           "verify_graph"]
+__all__ = ["DType", "Graph", "KorchError", "PrimClass", "TensorType", "VerifyReport", "compile", "fission", "load",
+           "load_model", "optimize", "save", "verify_graph"]

@@ -87,16 +87,17 @@ class ProgressBar:
 
 
 def _settings(args: argparse.Namespace):
+    from korch.api import check_backends, default_backends
     from korch.pipeline import OptimizeSettings
 
-    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
-    from korch.backends import backend_names
-
-    unknown = [b for b in backends if b not in backend_names()]
-    if unknown or not backends:
-        raise UsageError(f"--backends: unknown {unknown or 'empty list'}; available: {', '.join(backend_names())}")
     if args.threads < 1:
         raise UsageError("--threads must be >= 1")
+    if args.backends is None:
+        return OptimizeSettings(threads=args.threads, backends=default_backends())
+    try:
+        backends = check_backends(args.backends.split(","))
+    except UsageError as e:
+        raise UsageError(f"--{e}") from None
     return OptimizeSettings(threads=args.threads, backends=backends)
 
 
@@ -271,8 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def orchestration_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--threads", type=int, default=1, help="threads per kernel (default 1)")
-        p.add_argument("--backends", default="onnxruntime,inductor",
-                       help="kernel providers to choose from (default onnxruntime,inductor)")
+        p.add_argument("--backends", help="kernel providers to choose from, comma-separated (default: "
+                                          "onnxruntime, and inductor when torch is installed)")
         p.add_argument("--cache", metavar="DIR", help="profile database directory (default: the user cache dir)")
 
     p = sub.add_parser("optimize", help="choose the fastest kernels for a model and save the plan")

@@ -1,0 +1,92 @@
+"""The Python API in four calls: optimize a model into a plan, compile it, save it, load it back.
+
+    plan = korch.optimize("model.onnx", threads=2)        # or a ModelProto, or a zoo name
+    korch.save(plan, "model.plan")
+    session = korch.load("model.plan")                    # session.run(None, {"input": x})
+
+Everything here is a thin layer over `korch.pipeline` (the stages), `korch.plan` and
+`korch.runtime`; the CLI's `optimize` and `run` do the same with argv.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+
+from korch.errors import UsageError
+
+if TYPE_CHECKING:
+    from korch.plan import Plan
+    from korch.runtime import Session
+
+ModelSpec = str | os.PathLike | onnx.ModelProto
+
+
+def default_backends() -> tuple[str, ...]:
+    """Every registered kernel provider that is chosen for speed: onnxruntime, and inductor when torch
+    is installed (the reference backend defines semantics and is never chosen)."""
+    from korch.backends import backend_names
+
+    return tuple(b for b in ("onnxruntime", "inductor") if b in backend_names())
+
+
+def check_backends(names: Sequence[str]) -> tuple[str, ...]:
+    """The given provider names, checked against the registry; a UsageError names the unknown ones."""
+    from korch.backends import backend_names
+
+    chosen = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+    unknown = [n for n in chosen if n not in backend_names()]
+    if unknown or not chosen:
+        raise UsageError(f"backends: unknown {unknown or 'empty list'}; available: {', '.join(backend_names())}")
+    return chosen
+
+
+def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | None = None,
+             cache_dir: str | os.PathLike | None = None,
+             input_shapes: Mapping[str, Sequence[int]] | None = None,
+             progress: Callable[[int, int, str], None] | None = None) -> Plan:
+    """Optimize `model` (an .onnx path, a ModelProto or a zoo name) for this machine at `threads`
+    threads. Measurements go to the profile database under `cache_dir` (default: the user cache dir,
+    ~/.cache/korch), so optimizing the same model again profiles nothing.
+
+    The returned plan has been compiled, timed end to end and checked against onnxruntime; a plan
+    that disagrees raises VerificationError instead. Its summary holds what the CLI prints.
+    """
+    from korch.pipeline import OptimizeSettings
+    from korch.pipeline import optimize as run_pipeline
+    from korch.profile.database import ProfileDB, default_cache_dir
+
+    if threads < 1:
+        raise UsageError(f"threads must be >= 1, got {threads}")
+    settings = OptimizeSettings(threads=threads,
+                                backends=check_backends(backends) if backends is not None else default_backends())
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    with ProfileDB(directory / "profiles.sqlite") as db:
+        plan, _, _ = run_pipeline(model, db, settings, input_shapes, progress=progress)
+    return plan
+
+
+def compile(plan: Plan) -> Session:      # noqa: A001  (korch.compile reads as what it does)
+    """Compile a plan's kernels into a session whose run(output_names, feeds) is onnxruntime's shape.
+    Compiled artifacts are cached on disk by their providers, so compiling a plan again is quick."""
+    from korch.runtime import compile_plan
+
+    return compile_plan(plan)
+
+
+def save(plan: Plan, directory: str | os.PathLike) -> Path:
+    """Write the plan as a directory, atomically (a temporary directory renamed into place)."""
+    from korch.plan import save_plan
+
+    return save_plan(plan, directory)
+
+
+def load(directory: str | os.PathLike) -> Session:
+    """Load a saved plan and compile it. Refuses a plan made by another korch version or machine."""
+    from korch.runtime import load as load_session
+
+    return load_session(directory)
