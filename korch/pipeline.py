@@ -23,7 +23,7 @@ from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
 from korch.profile.database import ProfileDB, Record, Status, machine_fingerprint
 from korch.profile.profiler import Progress, profile
-from korch.profile.timing import measure
+from korch.profile.timing import interleaved, measure
 from korch.profile.prune import worth_profiling
 from korch.runtime import Session, compile_plan
 from korch.select import Option, solve
@@ -91,6 +91,19 @@ MAX_SELECTION_ROUNDS = 3
 PLAN_WARMUP = 2
 PLAN_REPEATS = 7
 PLAN_MIN_SECONDS = 0.3
+# A plan of several kernels is kept only if it runs at most this fraction of the time of the best
+# whole-model kernel, timed side by side; otherwise one engine running the whole model is the plan.
+MULTI_KERNEL_MARGIN = 0.98
+# The side-by-side comparison: rounds, each running both plans (0: no comparison); a pause and one
+# untimed call before each turn, as in `korch bench` (thread pools that spin after a call must not steal
+# the other plan's cores).
+DUEL_ROUNDS = 15
+DUEL_MIN_ROUND_SECONDS = 0.002
+DUEL_SETTLE_SECONDS = 0.02
+# Remembered in the profile database when the whole-model kernel won: a per-kernel penalty larger than
+# any whole-model kernel's time makes every one-kernel plan cheaper than any plan of two, so a warm run
+# solves straight to the cheapest whole-model kernel (models that take over 10 s per run are not korch's).
+SINGLE_KERNEL_PENALTY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -223,11 +236,54 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
             break
         penalty = overhead
     measured, plan, session, kept_penalty = tried[0]
+    if DUEL_ROUNDS > 0 and not remembered and len(plan.steps) > 1:
+        single = _whole_model_duel(graph, options, steps, source, plan, session, feeds, stats)
+        if single is not None:
+            measured, plan, session = single
+            kept_penalty = SINGLE_KERNEL_PENALTY_S
     if db is not None and not remembered:
         db.put_selection(problem, kept_penalty, measured)
     stats.update(plan.summary, kernels=len(plan.steps), measured_ms=measured * 1e3, selection_rounds=rounds,
                  selection_remembered=int(remembered is not None), solve_seconds=solve_s)
     return replace(plan, summary=dict(stats)), session
+
+
+def _whole_model_duel(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step], source: OnnxSource,
+                      plan: Plan, session: Session, feeds: Mapping[str, object],
+                      stats: dict) -> tuple[float, Plan, Session] | None:
+    """Time the chosen multi-kernel plan side by side with the best whole-model kernel (one engine
+    running the whole graph). Return the whole-model plan, timed, if the multi-kernel one is not
+    faster by MULTI_KERNEL_MARGIN; None to keep the chosen plan.
+
+    Selection rounds time each plan on its own, a few runs each; on a noisy machine that can keep a
+    plan of several kernels that is in fact slower than one engine alone. Interleaved rounds expose
+    both plans to the same noise, and the margin asks a split plan to pay for its complexity.
+    """
+    everything = frozenset(range(len(graph.nodes)))
+    whole = [o for o in options if o.nodes == everything]
+    if not whole:
+        return None
+    best = min(whole, key=lambda o: o.cost)
+    step = steps[best.key]
+    single_plan = replace(plan, steps=order_steps([step], graph.inputs), source=source if step.onnx_nodes else None,
+                          summary={**plan.summary, "predicted_ms": best.cost * 1e3, "kernel_penalty_us": 0.0})
+    single_session = compile_plan(single_plan)
+    one = measure(lambda: single_session.run(None, feeds), warmup=1, repeats=3, min_seconds=0.0).median_s
+    per_round = max(1, int(DUEL_MIN_ROUND_SECONDS / max(one, 1e-9)))
+    timings = interleaved({"chosen": lambda: session.run(None, feeds),
+                           "whole": lambda: single_session.run(None, feeds)},
+                          DUEL_ROUNDS, warmup=1, calls_per_round=per_round, settle_s=DUEL_SETTLE_SECONDS,
+                          turn_warmup=1)
+    chosen_s, whole_s = timings["chosen"].median_s, timings["whole"].median_s
+    stats.update(duel_chosen_ms=chosen_s * 1e3, duel_whole_model_ms=whole_s * 1e3,
+                 duel_whole_model_backend=steps[best.key].backend)
+    keep_split = chosen_s <= MULTI_KERNEL_MARGIN * whole_s
+    log.info("side by side: %d kernels %.3f ms, whole model on %s %.3f ms: keeping %s", len(plan.steps),
+             chosen_s * 1e3, steps[best.key].backend, whole_s * 1e3,
+             "the split plan" if keep_split else "the whole-model kernel")
+    if keep_split:
+        return None
+    return whole_s, single_plan, single_session
 
 
 def plan_tolerance(onnxruntime_error: float) -> float:

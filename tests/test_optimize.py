@@ -175,3 +175,47 @@ def test_plan_tolerance_follows_the_fp32_floor() -> None:
     assert plan_tolerance(1e-6) == PLAN_RTOL
     assert plan_tolerance(2.8e-4) == pytest.approx(5.6e-4)
     assert plan_tolerance(0.0) == PLAN_RTOL
+
+
+@pytest.mark.parametrize("whole_wins", [True, False])
+def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole-model kernels are profiled 100x too slow, so selection picks a plan of several kernels;
+    the side-by-side comparison then keeps it only if it beats the whole model by the margin (forced
+    here both ways), and a warm run remembers the outcome without comparing again."""
+    from dataclasses import replace
+
+    import korch.pipeline as pipeline
+    import korch.profile.profiler as profiler
+
+    measure_one = profiler._measure_one
+
+    def whole_model_slow(graph, job, *args):
+        record = measure_one(graph, job, *args)
+        if len(job.candidate.nodes) == len(graph.nodes):
+            record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
+        return record
+
+    monkeypatch.setattr(profiler, "_measure_one", whole_model_slow)
+    for module, name, value in ((profiler, "PROFILE_WARMUP", 1), (profiler, "PROFILE_REPEATS", 2),
+                                (profiler, "PROFILE_MIN_SECONDS", 0.0), (pipeline, "PLAN_MIN_SECONDS", 0.0)):
+        monkeypatch.setattr(module, name, value)      # only the decision's mechanics are under test
+    monkeypatch.setattr(pipeline, "MAX_SELECTION_ROUNDS", 1)
+    monkeypatch.setattr(pipeline, "MULTI_KERNEL_MARGIN", 0.0 if whole_wins else 1e9)
+    model = zoo.to_model_proto("candy-mini")
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        plan, session, stats = optimize(model, db, ORT_ONLY)
+        again, _, warm = optimize(model, db, ORT_ONLY)
+    assert stats["duel_chosen_ms"] > 0 and stats["duel_whole_model_ms"] > 0
+    assert stats["duel_whole_model_backend"] == "onnxruntime"
+    if whole_wins:
+        assert len(plan.steps) == 1 and plan.steps[0].nodes == tuple(range(len(plan.graph.nodes)))
+        assert plan.source is not None and plan.steps[0].onnx_nodes
+        assert stats["measured_ms"] == stats["duel_whole_model_ms"]
+    else:
+        assert len(plan.steps) > 1
+    assert warm["selection_remembered"] == 1 and warm["selection_rounds"] == 1 and "duel_chosen_ms" not in warm
+    assert [s.key for s in again.steps] == [s.key for s in plan.steps]
+    feeds = random_feeds(plan.graph, seed=11)
+    for diff in diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), run_onnxruntime(model, feeds)):
+        assert diff.rel <= DEFAULT_RTOL, diff

@@ -562,6 +562,7 @@ def fast_profiling():
     patch.setattr(pipeline, "PLAN_WARMUP", 1)
     patch.setattr(pipeline, "PLAN_REPEATS", 2)
     patch.setattr(pipeline, "PLAN_MIN_SECONDS", 0.0)
+    patch.setattr(pipeline, "DUEL_ROUNDS", 2)          # exercised (a plan may switch to the whole model), cheaply
     yield
     patch.undo()
 
@@ -612,8 +613,9 @@ def test_plan_with_regions_matches_onnxruntime(seed: int, db: ProfileDB) -> None
 
 @pytest.fixture
 def inductor_wins(monkeypatch: pytest.MonkeyPatch) -> list[Record]:
-    """Discount Inductor's timings (correctness checks untouched), one selection round (the measured
-    rounds would swap the discounted kernels back out). Collects the Inductor records profiled."""
+    """Discount Inductor's timings (correctness checks untouched), one selection round and no
+    side-by-side comparison with the whole model (measurement would swap the discounted kernels back
+    out). Collects the Inductor records profiled."""
     measure_one = profiler._measure_one
     seen: list[Record] = []
 
@@ -628,6 +630,7 @@ def inductor_wins(monkeypatch: pytest.MonkeyPatch) -> list[Record]:
 
     monkeypatch.setattr(profiler, "_measure_one", discounted)
     monkeypatch.setattr(pipeline, "MAX_SELECTION_ROUNDS", 1)
+    monkeypatch.setattr(pipeline, "DUEL_ROUNDS", 0)
     return seen
 
 
