@@ -91,19 +91,20 @@ MAX_SELECTION_ROUNDS = 3
 PLAN_WARMUP = 2
 PLAN_REPEATS = 7
 PLAN_MIN_SECONDS = 0.3
-# A plan of several kernels is kept only if it runs at most this fraction of the time of the best
-# whole-model kernel, timed side by side; otherwise one engine running the whole model is the plan.
+# After selection, the plan is timed side by side (interleaved) with whole-model kernels: one engine
+# running the whole graph. A plan of several kernels is kept only if it runs in at most this fraction
+# of the time of the fastest of them; otherwise that one kernel is the plan.
 MULTI_KERNEL_MARGIN = 0.98
-# The side-by-side comparison: rounds, each running both plans (0: no comparison); a pause and one
-# untimed call before each turn, as in `korch bench` (thread pools that spin after a call must not steal
-# the other plan's cores).
+# Whole-model kernels that join the comparison: the cheapest one when the plan has several kernels,
+# and any engine's whose profiled time is within this factor of the plan's measured time (close
+# enough that profiling noise may have ordered them wrong).
+CONTENDER_FACTOR = 1.25
+# Rounds of the comparison, each running every contender (0: no comparison); a pause and one untimed
+# call before each turn, as in `korch bench` (thread pools that spin after a call must not steal the
+# next contender's cores).
 DUEL_ROUNDS = 15
 DUEL_MIN_ROUND_SECONDS = 0.002
 DUEL_SETTLE_SECONDS = 0.02
-# Remembered in the profile database when the whole-model kernel won: a per-kernel penalty larger than
-# any whole-model kernel's time makes every one-kernel plan cheaper than any plan of two, so a warm run
-# solves straight to the cheapest whole-model kernel (models that take over 10 s per run are not korch's).
-SINGLE_KERNEL_PENALTY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -203,11 +204,14 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
     seen: set[frozenset[str]] = set()
     problem = selection_problem_key(options, steps, settings, machine)
     remembered = db.get_selection(problem) if db is not None else None
-    penalty = remembered[0] if remembered else 0.0
+    penalty = remembered.penalty_s if remembered else 0.0
+    pool = options
+    if remembered and remembered.whole_model_backend:      # the side-by-side comparison picked that kernel
+        pool = [o for o in _whole_model_options(graph, options) if steps[o.key].backend == remembered.whole_model_backend]
     solve_s = 0.0
     rounds = 0
     for _ in range(1 if remembered else MAX_SELECTION_ROUNDS):
-        priced = [replace(o, cost=o.cost + penalty) for o in options]
+        priced = [replace(o, cost=o.cost + penalty) for o in pool]
         selection = solve(priced, graph.inputs, graph.outputs, required=range(len(graph.nodes)),
                           time_limit=settings.solver_time_limit_s)
         solve_s += selection.seconds
@@ -236,54 +240,74 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
             break
         penalty = overhead
     measured, plan, session, kept_penalty = tried[0]
-    if DUEL_ROUNDS > 0 and not remembered and len(plan.steps) > 1:
-        single = _whole_model_duel(graph, options, steps, source, plan, session, feeds, stats)
-        if single is not None:
-            measured, plan, session = single
-            kept_penalty = SINGLE_KERNEL_PENALTY_S
+    whole_model_backend = None
+    if DUEL_ROUNDS > 0 and not remembered:
+        switched = _side_by_side(graph, options, steps, source, plan, session, measured, feeds, stats)
+        if switched is not None:
+            measured, plan, session = switched
+            kept_penalty, whole_model_backend = 0.0, plan.steps[0].backend
     if db is not None and not remembered:
-        db.put_selection(problem, kept_penalty, measured)
+        db.put_selection(problem, kept_penalty, measured, whole_model_backend)
     stats.update(plan.summary, kernels=len(plan.steps), measured_ms=measured * 1e3, selection_rounds=rounds,
                  selection_remembered=int(remembered is not None), solve_seconds=solve_s)
     return replace(plan, summary=dict(stats)), session
 
 
-def _whole_model_duel(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step], source: OnnxSource,
-                      plan: Plan, session: Session, feeds: Mapping[str, object],
-                      stats: dict) -> tuple[float, Plan, Session] | None:
-    """Time the chosen multi-kernel plan side by side with the best whole-model kernel (one engine
-    running the whole graph). Return the whole-model plan, timed, if the multi-kernel one is not
-    faster by MULTI_KERNEL_MARGIN; None to keep the chosen plan.
-
-    Selection rounds time each plan on its own, a few runs each; on a noisy machine that can keep a
-    plan of several kernels that is in fact slower than one engine alone. Interleaved rounds expose
-    both plans to the same noise, and the margin asks a split plan to pay for its complexity.
-    """
+def _whole_model_options(graph: Graph, options: Sequence[Option]) -> list[Option]:
     everything = frozenset(range(len(graph.nodes)))
-    whole = [o for o in options if o.nodes == everything]
-    if not whole:
+    return [o for o in options if o.nodes == everything]
+
+
+def _side_by_side(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step], source: OnnxSource,
+                  plan: Plan, session: Session, measured_s: float, feeds: Mapping[str, object],
+                  stats: dict) -> tuple[float, Plan, Session] | None:
+    """Time the chosen plan interleaved with the whole-model kernels that could beat it, and return
+    the fastest of those (timed, as a one-kernel plan) if the chosen plan loses; None keeps it.
+
+    Selection times each plan on its own, a few runs each, and profiles each kernel alone; on a noisy
+    machine that can keep a split plan slower than one engine alone, or one engine's whole-model
+    kernel slower than another's. Interleaved rounds expose all contenders to the same noise, and a
+    split plan must win by MULTI_KERNEL_MARGIN to pay for its kernel boundaries.
+    """
+    best: dict[str, Option] = {}
+    for o in _whole_model_options(graph, options):
+        backend = steps[o.key].backend
+        if backend not in best or o.cost < best[backend].cost:
+            best[backend] = o
+    split = len(plan.steps) > 1
+    cheapest = min(best.values(), key=lambda o: o.cost, default=None)
+    chosen = {(st.backend, st.key) for st in plan.steps}
+    contenders: dict[str, tuple[Plan, Session]] = {}
+    for backend, o in sorted(best.items()):
+        step = steps[o.key]
+        if (backend, step.key) in chosen or not ((split and o is cheapest) or o.cost <= CONTENDER_FACTOR * measured_s):
+            continue
+        single = replace(plan, steps=order_steps([step], graph.inputs), source=source if step.onnx_nodes else None,
+                         summary={**plan.summary, "predicted_ms": o.cost * 1e3, "kernel_penalty_us": 0.0})
+        try:
+            contenders[backend] = single, compile_plan(single)
+        except Exception as e:  # it compiled when profiled; a failure now only removes a contender
+            log.warning("whole-model kernel on %s does not compile again (%s); not compared", backend, e)
+    if not contenders:
         return None
-    best = min(whole, key=lambda o: o.cost)
-    step = steps[best.key]
-    single_plan = replace(plan, steps=order_steps([step], graph.inputs), source=source if step.onnx_nodes else None,
-                          summary={**plan.summary, "predicted_ms": best.cost * 1e3, "kernel_penalty_us": 0.0})
-    single_session = compile_plan(single_plan)
-    one = measure(lambda: single_session.run(None, feeds), warmup=1, repeats=3, min_seconds=0.0).median_s
-    per_round = max(1, int(DUEL_MIN_ROUND_SECONDS / max(one, 1e-9)))
-    timings = interleaved({"chosen": lambda: session.run(None, feeds),
-                           "whole": lambda: single_session.run(None, feeds)},
-                          DUEL_ROUNDS, warmup=1, calls_per_round=per_round, settle_s=DUEL_SETTLE_SECONDS,
+    fns = {"chosen": lambda: session.run(None, feeds)}
+    fns.update({b: (lambda s=s: s.run(None, feeds)) for b, (_, s) in contenders.items()})
+    per_round = max(1, int(DUEL_MIN_ROUND_SECONDS / max(measured_s, 1e-9)))
+    timings = interleaved(fns, DUEL_ROUNDS, warmup=1, calls_per_round=per_round, settle_s=DUEL_SETTLE_SECONDS,
                           turn_warmup=1)
-    chosen_s, whole_s = timings["chosen"].median_s, timings["whole"].median_s
-    stats.update(duel_chosen_ms=chosen_s * 1e3, duel_whole_model_ms=whole_s * 1e3,
-                 duel_whole_model_backend=steps[best.key].backend)
-    keep_split = chosen_s <= MULTI_KERNEL_MARGIN * whole_s
-    log.info("side by side: %d kernels %.3f ms, whole model on %s %.3f ms: keeping %s", len(plan.steps),
-             chosen_s * 1e3, steps[best.key].backend, whole_s * 1e3,
-             "the split plan" if keep_split else "the whole-model kernel")
-    if keep_split:
+    for name, t in timings.items():
+        stats[f"side_by_side_{name}_ms"] = t.median_s * 1e3
+    winner = min(contenders, key=lambda b: timings[b].median_s)
+    switch = timings["chosen"].median_s > timings[winner].median_s * (MULTI_KERNEL_MARGIN if split else 1.0)
+    stats["side_by_side_kept"] = winner if switch else "chosen"
+    log.info("side by side: the chosen plan (%d kernels) %.3f ms; %s; keeping %s", len(plan.steps),
+             timings["chosen"].median_s * 1e3,
+             ", ".join(f"whole model on {b} {timings[b].median_s * 1e3:.3f} ms" for b in contenders),
+             f"the whole-model kernel on {winner}" if switch else "the chosen plan")
+    if not switch:
         return None
-    return whole_s, single_plan, single_session
+    single_plan, single_session = contenders[winner]
+    return timings[winner].median_s, single_plan, single_session
 
 
 def plan_tolerance(onnxruntime_error: float) -> float:

@@ -206,16 +206,46 @@ def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         plan, session, stats = optimize(model, db, ORT_ONLY)
         again, _, warm = optimize(model, db, ORT_ONLY)
-    assert stats["duel_chosen_ms"] > 0 and stats["duel_whole_model_ms"] > 0
-    assert stats["duel_whole_model_backend"] == "onnxruntime"
+    assert stats["side_by_side_chosen_ms"] > 0 and stats["side_by_side_onnxruntime_ms"] > 0
+    assert stats["side_by_side_kept"] == ("onnxruntime" if whole_wins else "chosen")
     if whole_wins:
         assert len(plan.steps) == 1 and plan.steps[0].nodes == tuple(range(len(plan.graph.nodes)))
         assert plan.source is not None and plan.steps[0].onnx_nodes
-        assert stats["measured_ms"] == stats["duel_whole_model_ms"]
+        assert stats["measured_ms"] == stats["side_by_side_onnxruntime_ms"]
     else:
         assert len(plan.steps) > 1
-    assert warm["selection_remembered"] == 1 and warm["selection_rounds"] == 1 and "duel_chosen_ms" not in warm
+    assert warm["selection_remembered"] == 1 and warm["selection_rounds"] == 1 and "side_by_side_kept" not in warm
     assert [s.key for s in again.steps] == [s.key for s in plan.steps]
     feeds = random_feeds(plan.graph, seed=11)
     for diff in diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), run_onnxruntime(model, feeds)):
         assert diff.rel <= DEFAULT_RTOL, diff
+
+
+def test_whole_model_kernels_of_each_engine_are_compared_side_by_side(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every whole-model kernel a contender, the plan kept is the fastest side by side, and a
+    warm run solves straight to the same kernel."""
+    pytest.importorskip("torch")
+    import korch.pipeline as pipeline
+    import korch.profile.profiler as profiler
+
+    for module, name, value in ((profiler, "PROFILE_WARMUP", 1), (profiler, "PROFILE_REPEATS", 2),
+                                (profiler, "PROFILE_MIN_SECONDS", 0.0), (pipeline, "PLAN_MIN_SECONDS", 0.0),
+                                (pipeline, "CONTENDER_FACTOR", 1e9)):
+        monkeypatch.setattr(module, name, value)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), inductor_budget=0,
+                                inductor_region_budget=1)
+    model = zoo.to_model_proto("candy-mini")
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        plan, _, stats = optimize(model, db, settings)
+        again, _, warm = optimize(model, db, settings)
+    timed = {k[len("side_by_side_"):-3]: v for k, v in stats.items() if k.startswith("side_by_side_") and k.endswith("_ms")}
+    assert "chosen" in timed and len(timed) >= 2, timed
+    fastest = min(timed, key=timed.get)
+    kept = stats["side_by_side_kept"]
+    if kept != "chosen":
+        assert len(plan.steps) == 1 and plan.steps[0].backend == kept and fastest == kept
+    else:
+        others = min(v for k, v in timed.items() if k != "chosen")
+        assert timed["chosen"] <= others * (pipeline.MULTI_KERNEL_MARGIN if len(plan.steps) > 1 else 1.0)
+    assert [s.key for s in again.steps] == [s.key for s in plan.steps] and warm["selection_remembered"] == 1

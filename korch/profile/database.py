@@ -13,8 +13,9 @@ power loss can drop the last few commits, and never corrupts the file. Several p
 one file at once (WAL readers never block; writers wait up to BUSY_TIMEOUT_S for each other).
 
 A second table remembers, per selection problem (the graph's profiled options, threads, machine),
-the kernel-boundary penalty that measured selection settled on and the plan's measured time, so a
-warm `korch optimize` solves once instead of compiling and timing every round again. It was added
+the kernel-boundary penalty that measured selection settled on, the plan's measured time and, when
+one engine's whole-model kernel beat the solver's plan side by side, that engine, so a warm
+`korch optimize` solves once instead of compiling and timing every round again. It was added
 without a schema bump: a file without it gets it on open, and older korch ignores it.
 
 The file is the user's: a file that is not a korch profile database, is corrupt, or was written by a
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
 from korch.errors import ExitCode, KorchError
 from korch.profile.timing import Timing
@@ -62,9 +64,12 @@ CREATE TABLE IF NOT EXISTS selections (
     problem_key TEXT PRIMARY KEY,
     penalty_s REAL NOT NULL,
     measured_s REAL NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    whole_model_backend TEXT
 ) WITHOUT ROWID;
 """
+# Columns added to `selections` after it first shipped, added to older files on open (NULL in old rows).
+_SELECTION_COLUMNS_ADDED = (("whole_model_backend", "TEXT"),)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS profiles (
@@ -90,6 +95,16 @@ class ProfileDBError(KorchError):
     """The profile database cannot be used: unreadable, corrupt, foreign, too new, or not writable."""
 
     exit_code = ExitCode.CACHE
+
+
+class RememberedSelection(NamedTuple):
+    """What measured selection kept for one selection problem: the kernel-boundary penalty it settled
+    on, the plan's measured time, and the backend of the whole-model kernel when that kernel won the
+    side-by-side comparison (None when the solver's plan was kept)."""
+
+    penalty_s: float
+    measured_s: float
+    whole_model_backend: str | None = None
 
 
 class Status(str, Enum):
@@ -209,16 +224,19 @@ class ProfileDB:
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 
-    def get_selection(self, problem_key: str) -> tuple[float, float] | None:
-        """(penalty_s, measured_s) stored for this selection problem, or None."""
-        rows = self._query("SELECT penalty_s, measured_s FROM selections WHERE problem_key = ?", (problem_key,))
-        return (float(rows[0][0]), float(rows[0][1])) if rows else None
+    def get_selection(self, problem_key: str) -> RememberedSelection | None:
+        """What measured selection settled on for this selection problem, or None."""
+        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend FROM selections WHERE problem_key = ?",
+                           (problem_key,))
+        return RememberedSelection(float(rows[0][0]), float(rows[0][1]), rows[0][2]) if rows else None
 
-    def put_selection(self, problem_key: str, penalty_s: float, measured_s: float) -> None:
+    def put_selection(self, problem_key: str, penalty_s: float, measured_s: float,
+                      whole_model_backend: str | None = None) -> None:
         conn = self._connection()
         try:
-            conn.execute("INSERT OR REPLACE INTO selections (problem_key, penalty_s, measured_s, created_at) "
-                         "VALUES (?, ?, ?, ?)", (problem_key, penalty_s, measured_s, time.time()))
+            conn.execute("INSERT OR REPLACE INTO selections "
+                         "(problem_key, penalty_s, measured_s, created_at, whole_model_backend) VALUES (?, ?, ?, ?, ?)",
+                         (problem_key, penalty_s, measured_s, time.time(), whole_model_backend))
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 
@@ -315,11 +333,19 @@ def _open_once(path: Path) -> sqlite3.Connection:
         if version is None:
             _create_schema(conn, path)
         else:
-            conn.execute(_SELECTIONS)     # version-1 files from before the table existed
+            _upgrade_selections(conn)     # version-1 files from before the table or its later columns
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _upgrade_selections(conn: sqlite3.Connection) -> None:
+    conn.execute(_SELECTIONS)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(selections)")}
+    for name, sql_type in _SELECTION_COLUMNS_ADDED:
+        if name not in have:
+            conn.execute(f"ALTER TABLE selections ADD COLUMN {name} {sql_type}")
 
 
 def _is_busy(e: sqlite3.Error) -> bool:

@@ -118,7 +118,17 @@ def test_selections_persist_and_older_files_gain_the_table(tmp_path: Path) -> No
         assert db.get_selection("problem") is None and db.get("k", "inductor", "torch-2.13", 2, MACHINE)
         db.put_selection("problem", 2.5e-4, 1.25e-2)
     with ProfileDB(path) as db:
-        assert db.get_selection("problem") == (2.5e-4, 1.25e-2)
+        assert db.get_selection("problem") == (2.5e-4, 1.25e-2, None)
+        db.put_selection("other", 0.0, 1e-2, "onnxruntime")
+    with sqlite3.connect(path) as conn:          # a file from before the whole_model_backend column
+        conn.execute("DROP TABLE selections")
+        conn.execute("CREATE TABLE selections (problem_key TEXT PRIMARY KEY, penalty_s REAL NOT NULL, "
+                     "measured_s REAL NOT NULL, created_at REAL NOT NULL) WITHOUT ROWID")
+        conn.execute("INSERT INTO selections VALUES ('problem', 2.5e-4, 1.25e-2, 0)")
+    with ProfileDB(path) as db:
+        assert db.get_selection("problem") == (2.5e-4, 1.25e-2, None)
+        db.put_selection("other", 0.0, 1e-2, "onnxruntime")
+        assert db.get_selection("other").whole_model_backend == "onnxruntime"
 
 
 def test_creates_missing_cache_directories(tmp_path: Path) -> None:
