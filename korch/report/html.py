@@ -41,7 +41,8 @@ BODY = """<div id="app">
 def render_html(payload: dict[str, Any]) -> str:
     # "<" escaped inside the JSON so no value can close the script element.
     data = json.dumps(payload, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
-    stats = (f"{len(payload['prims'])} primitives &middot; {len(payload['kernels'])} kernels &middot; "
+    kernels = len(payload["kernels"])
+    stats = (f"{len(payload['prims'])} primitives &middot; {kernels} kernel{'' if kernels == 1 else 's'} &middot; "
              f"predicted {payload['totalMs']:.4f} ms")
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
             f"<title>korch plan {html.escape(payload['title'])}</title>\n<style>{CSS}</style></head>\n<body>\n"

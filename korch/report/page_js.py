@@ -166,6 +166,15 @@ function select(k, focusPrim) {
 }
 function selectPrim(i) { const ks = D.prims[i][5]; select(ks.length ? ks[0] : -1, i); }
 
+// A whole-model kernel has hundreds of ONNX nodes and primitives: the panel shows the head of each
+// list and folds the rest, so the summary below stays in reach.
+const LIST_HEAD = 12, PRIM_ROWS = 40;
+function folded(items, sep, head) {
+  if (items.length <= head) return items.join(sep);
+  return items.slice(0, head).join(sep) + "<details><summary>" + (items.length - head) + " more</summary>" +
+    items.slice(head).join(sep) + "</details>";
+}
+
 function kernelHtml(k, focusPrim) {
   const K = D.kernels[k];
   let h = "";
@@ -184,15 +193,22 @@ function kernelHtml(k, focusPrim) {
     "<tr><td>backend</td><td>" + esc(K.label) + "</td></tr>" +
     "<tr><td>measured time</td><td>" + ms(K.ms) + " (" + (100 * K.ms / D.totalMs).toFixed(1) + "% of plan)</td></tr>" +
     "<tr><td>primitives</td><td>" + K.nodes.length + " (time counted as " + esc(K.cls) + ")</td></tr>" +
-    "<tr><td>ONNX nodes</td><td class=\"mono\">" + (K.origins.map(esc).join("<br>") || "-") + "</td></tr>" +
+    "<tr><td>ONNX nodes</td><td class=\"mono\">" + (folded(K.origins.map(esc), "<br>", LIST_HEAD) || "-") +
+    "</td></tr>" +
     "<tr><td>reads / writes</td><td class=\"mono\">" + esc(K.inputs.join(", ")) + " &rarr; " +
     esc(K.outputs.join(", ")) + "</td></tr></table>";
   if (!K.region) {
-    h += '<table class="mono"><tr><th>#</th><th>op</th><th>output</th><th>type</th></tr>' + K.nodes.map((i) => {
+    const rows = K.nodes.map((i) => {
       const p = prim(i);
       return "<tr><td>" + i + "</td><td>" + esc(p.op) + (p.kernels.length > 1 ? ' <b style="color:#d0021b">x' +
         p.kernels.length + "</b>" : "") + "</td><td>" + esc(p.output) + "</td><td>" + esc(p.type) + "</td></tr>";
-    }).join("") + "</table>";
+    });
+    h += '<table class="mono"><tr><th>#</th><th>op</th><th>output</th><th>type</th></tr>' +
+      rows.slice(0, PRIM_ROWS).join("") + "</table>";
+    if (rows.length > PRIM_ROWS) {
+      h += "<details><summary>" + (rows.length - PRIM_ROWS) + ' more primitives</summary><table class="mono">' +
+        rows.slice(PRIM_ROWS).join("") + "</table></details>";
+    }
   }
   h += "<h3 style=\"margin-top:8px\">Candidates it beat</h3>";
   if (!K.rivals) return h + '<p class="muted">' + esc(D.db) + "</p>";
