@@ -55,5 +55,5 @@ svg.far .node text { display: none; }
 #bars rect { cursor: pointer; }
 #bars rect.sel { stroke: #000; stroke-width: 1.5; }
 .kv td:first-child { color: #5a6478; white-space: nowrap; width: 40%; }
-.rival { border-top: 1px solid #eceef2; padding: 4px 0; }
+.rival { border-top: 1px solid #eceef2; padding: 4px 0; overflow-wrap: anywhere; }
 """
