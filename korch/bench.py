@@ -25,21 +25,13 @@ import onnx
 from korch.backends import CompileOptions, get_backend
 from korch.backends.onnxruntime import make_session
 from korch.profile.database import ProfileDB
-from korch.profile.timing import Timing, interleaved, measure
+from korch.profile.timing import Timing, measure, side_by_side
 from korch.verify import diff_outputs, random_feeds
 
 log = logging.getLogger("korch.bench")
 
 # Rounds of the interleaved comparison; each round runs every system once (more for tiny models).
 DEFAULT_ROUNDS = 30
-# A round should last at least this long per system, so microsecond models are not timer noise.
-MIN_ROUND_SECONDS = 0.002
-# Untimed pause before each system's turn, so the previous system's spinning threads have parked
-# (onnxruntime's and libgomp's pools busy-wait after a call; measured on candy, without a pause
-# torch.compile read 72 ms interleaved against 43 ms alone).
-SETTLE_SECONDS = 0.02
-# Untimed calls after the pause: the first call after idling runs cold (2-3x slower on a 5 ms model).
-TURN_WARMUP = 1
 
 
 @dataclass(frozen=True)
@@ -134,9 +126,7 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
         actual = dict(zip(graph.outputs, session.run(None, feeds)))
         max_rel = max(d.rel for d in diff_outputs(actual, expected))
         one = measure(systems[1].run, warmup=2, repeats=3, min_seconds=0.0).median_s
-        per_round = max(1, int(MIN_ROUND_SECONDS / max(one, 1e-9)))
-        timings = interleaved({s.name: s.run for s in systems}, rounds, warmup=3, calls_per_round=per_round,
-                              settle_s=SETTLE_SECONDS, turn_warmup=TURN_WARMUP)
+        timings = side_by_side({s.name: s.run for s in systems}, rounds, one, warmup=3)
         rss: dict[str, float | None] = {s.name: None for s in systems}
         if measure_rss:
             model_path = Path(tmp) / "model.onnx"

@@ -23,7 +23,7 @@ from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
 from korch.profile.database import ProfileDB, Record, Status, machine_fingerprint
 from korch.profile.profiler import Progress, profile
-from korch.profile.timing import interleaved, measure
+from korch.profile.timing import measure, side_by_side
 from korch.profile.prune import worth_profiling
 from korch.runtime import Session, compile_plan
 from korch.select import Option, solve
@@ -99,12 +99,8 @@ MULTI_KERNEL_MARGIN = 0.98
 # and any engine's whose profiled time is within this factor of the plan's measured time (close
 # enough that profiling noise may have ordered them wrong).
 CONTENDER_FACTOR = 1.25
-# Rounds of the comparison, each running every contender (0: no comparison); a pause and one untimed
-# call before each turn, as in `korch bench` (thread pools that spin after a call must not steal the
-# next contender's cores).
+# Rounds of the comparison, each running every contender (0: no comparison), timed as `korch bench` does.
 DUEL_ROUNDS = 15
-DUEL_MIN_ROUND_SECONDS = 0.002
-DUEL_SETTLE_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -207,7 +203,8 @@ def _measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[
     penalty = remembered.penalty_s if remembered else 0.0
     pool = options
     if remembered and remembered.whole_model_backend:      # the side-by-side comparison picked that kernel
-        pool = [o for o in _whole_model_options(graph, options) if steps[o.key].backend == remembered.whole_model_backend]
+        pool = [o for o in _whole_model_options(graph, options)
+                if steps[o.key].backend == remembered.whole_model_backend] or options
     solve_s = 0.0
     rounds = 0
     for _ in range(1 if remembered else MAX_SELECTION_ROUNDS):
@@ -292,9 +289,7 @@ def _side_by_side(graph: Graph, options: Sequence[Option], steps: Mapping[str, S
         return None
     fns = {"chosen": lambda: session.run(None, feeds)}
     fns.update({b: (lambda s=s: s.run(None, feeds)) for b, (_, s) in contenders.items()})
-    per_round = max(1, int(DUEL_MIN_ROUND_SECONDS / max(measured_s, 1e-9)))
-    timings = interleaved(fns, DUEL_ROUNDS, warmup=1, calls_per_round=per_round, settle_s=DUEL_SETTLE_SECONDS,
-                          turn_warmup=1)
+    timings = side_by_side(fns, DUEL_ROUNDS, measured_s, warmup=1)
     for name, t in timings.items():
         stats[f"side_by_side_{name}_ms"] = t.median_s * 1e3
     winner = min(contenders, key=lambda b: timings[b].median_s)

@@ -26,6 +26,15 @@ DEFAULT_REPEATS = 20
 DEFAULT_MIN_SECONDS = 0.05
 # Bounds a ~1 µs kernel under `min_seconds`: more samples than this no longer move the median.
 MAX_RUNS = 10_000
+# Side by side (`korch bench`, and optimize's last check of its plan): a round should last at least this
+# long per system, so microsecond models are not timer noise.
+MIN_ROUND_SECONDS = 0.002
+# Untimed pause before each system's turn, so the previous system's spinning threads have parked
+# (onnxruntime's and libgomp's pools busy-wait after a call; measured on candy, without a pause
+# torch.compile read 72 ms interleaved against 43 ms alone).
+SETTLE_SECONDS = 0.02
+# Untimed calls after the pause: the first call after idling runs cold (2-3x slower on a 5 ms model).
+TURN_WARMUP = 1
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,16 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
                 fn()
             samples[name].append((clock() - t0) / 1e9 / calls_per_round)
     return {name: summarize(samples[name]) for name in names}
+
+
+def side_by_side(fns: Mapping[str, Callable[[], object]], rounds: int, one_call_s: float, *,
+                 warmup: int = DEFAULT_WARMUP) -> dict[str, Timing]:
+    """`interleaved` with the settings that make whole systems comparable on a busy machine: enough
+    calls per round for MIN_ROUND_SECONDS (given the time of one call), a settling pause and a
+    warm-up call before each turn."""
+    per_round = max(1, int(MIN_ROUND_SECONDS / max(one_call_s, 1e-9)))
+    return interleaved(fns, rounds, warmup=warmup, calls_per_round=per_round, settle_s=SETTLE_SECONDS,
+                       turn_warmup=TURN_WARMUP)
 
 
 def summarize(samples_s: Sequence[float]) -> Timing:
