@@ -56,7 +56,7 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     The returned plan has been compiled, timed end to end and checked against onnxruntime; a plan
     that disagrees raises VerificationError instead. Its summary holds what the CLI prints.
     """
-    from korch.pipeline import OptimizeSettings
+    from korch.settings import OptimizeSettings
     from korch.pipeline import optimize as run_pipeline
     from korch.profile.database import ProfileDB, default_cache_dir
 

@@ -91,8 +91,9 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
           settings=None, measure_rss: bool = True, seed: int = 0) -> dict[str, Any]:
     import korch.runtime as runtime
     from korch import zoo
-    from korch.pipeline import OptimizeSettings, optimize, resolve_model, run_fission
+    from korch.pipeline import optimize, resolve_model, run_fission
     from korch.plan import save_plan
+    from korch.settings import OptimizeSettings
 
     zoo_name = model_spec if not Path(model_spec).exists() and model_spec in [m.name for m in zoo.list_models()] else None
     model = resolve_model(model_spec, db.path.parent)
@@ -102,12 +103,13 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
         t0 = time.perf_counter()
         if plan_dir is not None:
             session = runtime.load(plan_dir)
-            plan, stats = session.plan, dict(session.plan.summary)
-            optimize_seconds = stats.get("optimize_seconds")
+            plan = session.plan
+            optimize_seconds = plan.summary.get("optimize_seconds")
         else:
-            plan, session, stats = optimize(model, db, settings)
+            plan, session, _ = optimize(model, db, settings)
             optimize_seconds = time.perf_counter() - t0
             plan_dir = str(save_plan(plan, Path(tmp) / "plan"))
+        stats = plan.summary
         graph = plan.graph
         feeds = random_feeds(graph, seed)
         # The baseline parks its threads when run() returns, like korch's own onnxruntime kernels: with

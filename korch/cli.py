@@ -88,7 +88,7 @@ class ProgressBar:
 
 def _settings(args: argparse.Namespace):
     from korch.api import check_backends, default_backends
-    from korch.pipeline import OptimizeSettings
+    from korch.settings import OptimizeSettings
 
     if args.threads < 1:
         raise UsageError("--threads must be >= 1")
@@ -123,22 +123,31 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_summary(stats: dict, by_backend: dict[str, int]) -> str:
+def format_summary(stats, by_backend: dict[str, int]) -> str:
+    """The optimize summary: what was done, what was kept and why, the check, and the stage times."""
+    sel = stats.selection
+    split = ""
+    if sel.split_kernels is not None and sel.kept != "split":
+        split = f"; best split plan {sel.split_kernels} kernels"
     rows = [
-        ("primitives", f"{stats['primitives']}"),
-        ("candidates", f"{stats['candidates']} enumerated, {stats['unique_candidates']} unique keys"),
-        ("profiled", f"{stats['profiled_new']} new, {stats['profiled_cached']} from cache"),
-        ("kernels", f"{stats['kernels']}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items()))),
-        ("time", f"measured {stats['measured_ms']:.3f} ms per run; predicted {stats['predicted_ms']:.3f} ms (sum of "
-                 f"profiled kernels); {stats['selection_rounds']} selection round(s)"
-                 f"{' (penalty remembered from an earlier run)' if stats.get('selection_remembered') else ''}, "
-                 f"kernel boundary penalty {stats['kernel_penalty_us']:.0f} us"),
-        ("solver", f"{stats['solve_seconds']:.3f} s, gap {stats['gap']:.1e}, "
-                   f"{'proven optimal' if stats['optimal'] else 'NOT proven optimal'}"),
-        ("check", f"max relative error vs onnxruntime {stats['max_rel_error']:.2e}"),
-        ("stages", ", ".join(f"{k.removesuffix('_seconds')} {stats[k]:.1f} s" for k in
-                           ("load_seconds", "fission_seconds", "candidates_seconds", "profile_seconds",
-                            "check_seconds", "optimize_seconds") if k in stats)),
+        ("primitives", f"{stats.primitives}"),
+        ("candidates", f"{stats.candidates} enumerated, {stats.unique_candidates} unique keys"),
+        ("profiled", f"{stats.profiled_new} new, {stats.profiled_cached} from cache; kernels accepted within "
+                     f"{stats.kernel_tolerance:.1e} of the reference"
+                     + (f" (onnxruntime's own error {stats.fp32_error:.1e})" if stats.fp32_error else "")),
+        ("kernels", f"{sel.kernels}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items())) + split),
+        ("time", f"measured {sel.measured_ms:.3f} ms per run; predicted {sel.predicted_ms:.3f} ms (sum of "
+                 f"profiled kernels); "
+                 + ("the choice remembered from an earlier run" if sel.remembered else f"{sel.rounds} split plan(s) timed")
+                 + f", kernel boundary penalty {sel.kernel_penalty_us:.0f} us"),
+        ("why", sel.why),
+        ("solver", f"{sel.solve_seconds:.3f} s, " + ("proven optimal" if sel.optimal and sel.gap == 0 else
+                                                      f"gap {sel.gap:.1e}, NOT proven optimal")),
+        ("check", f"max relative error vs onnxruntime {stats.max_rel_error:.2e} over {stats.check_inputs} random "
+                  f"inputs (tolerance {stats.check_tolerance:.1e})"),
+        ("stages", ", ".join(f"{name} {seconds:.1f} s" for name, seconds in (
+            ("load", stats.load_seconds), ("fission", stats.fission_seconds), ("candidates", stats.candidates_seconds),
+            ("profile", stats.profile_seconds), ("check", stats.check_seconds), ("optimize", stats.optimize_seconds)))),
     ]
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
 

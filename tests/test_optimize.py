@@ -13,11 +13,13 @@ import korch.runtime as runtime
 from korch import __version__, zoo
 from korch.cli import main
 from korch.errors import ExitCode
-from korch.pipeline import OptimizeSettings, optimize
+from korch.pipeline import optimize
 from korch.plan import PlanError, load_plan, save_plan
 from korch.ir.serialize import LazyConstants
 from korch.plan.plan import EXTERNAL_MIN_BYTES
 from korch.profile.database import ProfileDB, machine_fingerprint
+from korch.select.measured import SPLIT
+from korch.settings import QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
 from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
 
 ORT_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",))
@@ -35,7 +37,7 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> ProfileDB:
 def test_plan_of_kernels_matches_onnxruntime_and_survives_save_load(name: str, db: ProfileDB, tmp_path: Path) -> None:
     model = zoo.to_model_proto(name)
     plan, session, stats = optimize(model, db, ORT_KERNELS_ONLY)
-    assert stats["optimal"] and stats["gap"] == 0
+    assert stats.selection.optimal and stats.selection.gap == 0 and stats.selection.kept == SPLIT
     assert len(plan.steps) > 1 and all(not s.onnx_nodes for s in plan.steps)
     covered = {i for s in plan.steps for i in s.nodes}
     assert covered == set(range(len(plan.graph.nodes))), "every primitive is computed by some kernel"
@@ -53,19 +55,20 @@ def test_second_optimize_profiles_nothing(db: ProfileDB) -> None:
     model = zoo.to_model_proto("vit-mini")
     _, _, first = optimize(model, db, ORT_ONLY)
     _, _, second = optimize(model, db, ORT_ONLY)
-    assert first["profiled_new"] > 0
-    assert second["profiled_new"] == 0 and second["profiled_cached"] == first["profiled_new"] + first["profiled_cached"]
+    assert first.profiled_new > 0
+    assert second.profiled_new == 0 and second.profiled_cached == first.profiled_new + first.profiled_cached
 
 
 def test_second_optimize_reuses_the_measured_selection(db: ProfileDB) -> None:
-    """The boundary penalty measured selection settled on is stored: the same problem again solves,
-    compiles and times once, and picks the plan that was kept the first time."""
+    """The boundary penalty measured selection settled on is stored with its reason: the same problem
+    again solves, compiles and times once, and picks the plan that was kept the first time."""
     model = zoo.to_model_proto("efficientvit-mini")
     plan1, _, first = optimize(model, db, ORT_KERNELS_ONLY)
     plan2, _, second = optimize(model, db, ORT_KERNELS_ONLY)
-    assert first["selection_remembered"] == 0
-    assert second["selection_remembered"] == 1 and second["selection_rounds"] == 1
-    assert second["kernel_penalty_us"] == first["kernel_penalty_us"]
+    assert not first.selection.remembered and first.selection.rounds >= 1
+    assert second.selection.remembered and second.selection.rounds == 0
+    assert second.selection.kernel_penalty_us == first.selection.kernel_penalty_us
+    assert second.selection.why == first.selection.why and "split plan" in first.selection.why
     assert [s.key for s in plan2.steps] == [s.key for s in plan1.steps]
 
 
@@ -99,14 +102,22 @@ def test_saved_plan_maps_its_weights_instead_of_copying_them(db: ProfileDB, tmp_
         runtime.load(tmp_path / "plan")
 
 
-def test_whole_model_region_bounds_the_plan(db: ProfileDB) -> None:
-    """onnxruntime's whole-model run is one option, so the exact BLP (each kernel priced at its
-    profile plus the learned boundary penalty) never picks a plan priced above it."""
-    _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
-    penalty_ms = stats["kernel_penalty_us"] / 1e3
-    priced = stats["predicted_ms"] + stats["kernels"] * penalty_ms
-    assert priced <= stats["onnxruntime_whole_model_ms"] + penalty_ms + 1e-9
-    assert stats["measured_ms"] > 0 and 1 <= stats["selection_rounds"] <= 3
+def test_plan_is_the_split_plan_or_one_engines_whole_model_and_says_why(tmp_path: Path) -> None:
+    """Measured selection keeps either the best split plan or one engine running the whole model,
+    and its reason names both measured times (the split plan was timed: candy-mini's best split plan
+    is predicted close to the whole model)."""
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        plan, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
+    sel = stats.selection
+    assert sel.measured_ms > 0 and "onnxruntime" in sel.whole_model_ms and sel.split_kernels and sel.split_kernels > 1
+    if sel.kept == SPLIT:
+        assert len(plan.steps) == sel.split_kernels and "faster than onnxruntime's whole model" in sel.why
+    else:
+        assert sel.kept == "onnxruntime" and len(plan.steps) == 1
+        assert plan.steps[0].nodes == tuple(range(len(plan.graph.nodes)))
+        assert sel.why.startswith("one engine runs the whole model: the best split plan")
+        assert "onnxruntime's whole model" in sel.why
+    assert plan.summary["why"] == sel.why and plan.summary["measured_ms"] == sel.measured_ms
 
 
 def test_bad_feeds_and_outputs_are_named(db: ProfileDB) -> None:
@@ -167,85 +178,77 @@ def test_cli_optimize_run_and_failures(tmp_path: Path, capsys: pytest.CaptureFix
     assert "shape (2, 3) given" in capsys.readouterr().err
 
 
-def test_plan_tolerance_follows_the_fp32_floor() -> None:
+def test_accuracy_policy_follows_the_fp32_floor() -> None:
     """1e-4 normally; on models where onnxruntime itself is far from the float64-accumulating
     reference, twice that distance (and never looser than the evidence)."""
-    from korch.pipeline import PLAN_RTOL, plan_tolerance
-
-    assert plan_tolerance(1e-6) == PLAN_RTOL
-    assert plan_tolerance(2.8e-4) == pytest.approx(5.6e-4)
-    assert plan_tolerance(0.0) == PLAN_RTOL
+    policy = AccuracyPolicy()
+    assert policy.tolerance(1e-6) == policy.rtol == 1e-4
+    assert policy.tolerance(2.8e-4) == pytest.approx(5.6e-4)
+    assert policy.tolerance(0.0) == policy.rtol
 
 
 @pytest.mark.parametrize("whole_wins", [True, False])
 def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whole-model kernels are profiled 100x too slow, so selection picks a plan of several kernels;
-    the side-by-side comparison then keeps it only if it beats the whole model by the margin (forced
-    here both ways), and a warm run remembers the outcome without comparing again."""
+    """The side-by-side comparison keeps the split plan only if it beats the whole model by the
+    margin (forced here both ways), says why, and a warm run replays the outcome without comparing
+    again. The whole model's profile is inflated so the split plan is always compiled and timed."""
     from dataclasses import replace
 
-    import korch.pipeline as pipeline
     import korch.profile.profiler as profiler
 
     measure_one = profiler._measure_one
 
     def whole_model_slow(graph, job, *args):
         record = measure_one(graph, job, *args)
-        if len(job.candidate.nodes) == len(graph.nodes):
+        if len(job.candidate.nodes) == len(graph.nodes) and record.median_s is not None:
             record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
         return record
 
     monkeypatch.setattr(profiler, "_measure_one", whole_model_slow)
-    for module, name, value in ((profiler, "PROFILE_WARMUP", 1), (profiler, "PROFILE_REPEATS", 2),
-                                (profiler, "PROFILE_MIN_SECONDS", 0.0), (pipeline, "PLAN_MIN_SECONDS", 0.0)):
-        monkeypatch.setattr(module, name, value)      # only the decision's mechanics are under test
-    monkeypatch.setattr(pipeline, "MAX_SELECTION_ROUNDS", 1)
-    monkeypatch.setattr(pipeline, "MULTI_KERNEL_MARGIN", 0.0 if whole_wins else 1e9)
+    settings = replace(ORT_ONLY, profile=QUICK_PROFILE, selection=replace(
+        QUICK_SELECTION, max_rounds=1, multi_kernel_margin=0.0 if whole_wins else 1e9))
     model = zoo.to_model_proto("candy-mini")
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
-        plan, session, stats = optimize(model, db, ORT_ONLY)
-        again, _, warm = optimize(model, db, ORT_ONLY)
-    assert stats["side_by_side_chosen_ms"] > 0 and stats["side_by_side_onnxruntime_ms"] > 0
-    assert stats["side_by_side_kept"] == ("onnxruntime" if whole_wins else "chosen")
+        plan, session, stats = optimize(model, db, settings)
+        again, _, warm = optimize(model, db, settings)
+    sel = stats.selection
+    assert sel.side_by_side_ms[SPLIT] > 0 and sel.side_by_side_ms["onnxruntime"] > 0
+    assert sel.kept == ("onnxruntime" if whole_wins else SPLIT)
     if whole_wins:
         assert len(plan.steps) == 1 and plan.steps[0].nodes == tuple(range(len(plan.graph.nodes)))
         assert plan.source is not None and plan.steps[0].onnx_nodes
-        assert stats["measured_ms"] == stats["side_by_side_onnxruntime_ms"]
+        assert sel.measured_ms == sel.side_by_side_ms["onnxruntime"]
+        assert "measured" in sel.why and "side by side" in sel.why
     else:
-        assert len(plan.steps) > 1
-    assert warm["selection_remembered"] == 1 and warm["selection_rounds"] == 1 and "side_by_side_kept" not in warm
+        assert len(plan.steps) > 1 and sel.measured_ms == sel.side_by_side_ms[SPLIT]
+    assert warm.selection.remembered and warm.selection.rounds == 0 and not warm.selection.side_by_side_ms
+    assert warm.selection.why == sel.why and warm.selection.kept == sel.kept
     assert [s.key for s in again.steps] == [s.key for s in plan.steps]
     feeds = random_feeds(plan.graph, seed=11)
     for diff in diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), run_onnxruntime(model, feeds)):
         assert diff.rel <= DEFAULT_RTOL, diff
 
 
-def test_whole_model_kernels_of_each_engine_are_compared_side_by_side(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_whole_model_kernels_of_each_engine_are_compared_side_by_side(tmp_path: Path) -> None:
     """With every whole-model kernel a contender, the plan kept is the fastest side by side, and a
     warm run solves straight to the same kernel."""
     pytest.importorskip("torch")
-    import korch.pipeline as pipeline
-    import korch.profile.profiler as profiler
+    from dataclasses import replace
 
-    for module, name, value in ((profiler, "PROFILE_WARMUP", 1), (profiler, "PROFILE_REPEATS", 2),
-                                (profiler, "PROFILE_MIN_SECONDS", 0.0), (pipeline, "PLAN_MIN_SECONDS", 0.0),
-                                (pipeline, "CONTENDER_FACTOR", 1e9)):
-        monkeypatch.setattr(module, name, value)
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), inductor_budget=0,
-                                inductor_region_budget=1)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"),
+                                profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=1),
+                                selection=replace(QUICK_SELECTION, contender_factor=1e9))
     model = zoo.to_model_proto("candy-mini")
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         plan, _, stats = optimize(model, db, settings)
         again, _, warm = optimize(model, db, settings)
-    timed = {k[len("side_by_side_"):-3]: v for k, v in stats.items() if k.startswith("side_by_side_") and k.endswith("_ms")}
-    assert "chosen" in timed and len(timed) >= 2, timed
-    fastest = min(timed, key=timed.get)
-    kept = stats["side_by_side_kept"]
-    if kept != "chosen":
-        assert len(plan.steps) == 1 and plan.steps[0].backend == kept and fastest == kept
+    timed = dict(stats.selection.side_by_side_ms)
+    assert len(timed) >= 2 and {"onnxruntime", "inductor"} <= set(timed), timed
+    kept = stats.selection.kept
+    fastest_engine = min((k for k in timed if k != SPLIT), key=timed.get)
+    if kept != SPLIT:
+        assert len(plan.steps) == 1 and plan.steps[0].backend == kept and kept == fastest_engine
     else:
-        others = min(v for k, v in timed.items() if k != "chosen")
-        assert timed["chosen"] <= others * (pipeline.MULTI_KERNEL_MARGIN if len(plan.steps) > 1 else 1.0)
-    assert [s.key for s in again.steps] == [s.key for s in plan.steps] and warm["selection_remembered"] == 1
+        assert timed[SPLIT] <= timed[fastest_engine] * settings.selection.multi_kernel_margin
+    assert [s.key for s in again.steps] == [s.key for s in plan.steps] and warm.selection.remembered

@@ -27,10 +27,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import korch.pipeline as pipeline
 import korch.profile.profiler as profiler
 from korch.candidates import RegionLimits
-from korch.pipeline import OptimizeSettings, optimize
+from korch.pipeline import optimize
+from korch.settings import OptimizeSettings, ProfileSettings, SelectionSettings
 from korch.profile.database import ProfileDB, Record, Status
 from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
 
@@ -577,7 +577,7 @@ def check_optimized(seed: int, db: ProfileDB, settings: OptimizeSettings):
     model = build_model(seed)
     plan, session, stats = optimize(model, db, settings)     # raises VerificationError on disagreement
     graph = plan.graph
-    assert stats["optimal"] and stats["gap"] == 0, stats
+    assert stats.selection.optimal and stats.selection.gap == 0, stats
 
     covered = {i for s in plan.steps for i in s.nodes}
     assert covered == set(range(len(graph.nodes))), "every primitive is computed by some kernel"
@@ -613,9 +613,9 @@ def test_plan_with_regions_matches_onnxruntime(seed: int, db: ProfileDB) -> None
 
 @pytest.fixture
 def inductor_wins(monkeypatch: pytest.MonkeyPatch) -> list[Record]:
-    """Discount Inductor's timings (correctness checks untouched), one selection round and no
-    side-by-side comparison with the whole model (measurement would swap the discounted kernels back
-    out). Collects the Inductor records profiled."""
+    """Discount Inductor's timings (correctness checks untouched); the tests using it also turn off
+    the side-by-side comparison (measurement would swap the discounted kernels back out). Collects
+    the Inductor records profiled."""
     measure_one = profiler._measure_one
     seen: list[Record] = []
 
@@ -629,8 +629,6 @@ def inductor_wins(monkeypatch: pytest.MonkeyPatch) -> list[Record]:
         return record
 
     monkeypatch.setattr(profiler, "_measure_one", discounted)
-    monkeypatch.setattr(pipeline, "MAX_SELECTION_ROUNDS", 1)
-    monkeypatch.setattr(pipeline, "DUEL_ROUNDS", 0)
     return seen
 
 
@@ -641,8 +639,10 @@ def test_plan_with_inductor_kernels_matches_onnxruntime(seed: int, inductor_wins
     # Even seeds: the whole graph is also an Inductor region (the plan is then usually that one kernel);
     # odd seeds: only small Inductor candidates and no onnxruntime regions (a whole-graph onnxruntime
     # region would beat a mix), so plans mix Inductor and onnxruntime kernels.
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), inductor_budget=4,
-                                inductor_region_budget=1 - seed % 2, regions=None if seed % 2 else RegionLimits())
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"),
+                                profile=ProfileSettings(inductor_budget=4, inductor_region_budget=1 - seed % 2),
+                                selection=SelectionSettings(max_rounds=1, duel_rounds=0),
+                                regions=None if seed % 2 else RegionLimits())
     # its own cache: discounted Inductor records must not leak into other tests' plans
     with ProfileDB(tmp_path_factory.mktemp("inductor-cache") / "profiles.sqlite") as db:
         plan = check_optimized(seed, db, settings)

@@ -153,23 +153,45 @@ class ProfileIndex:
         if record.status is Status.REJECTED:
             return Rival(candidate, backend, None, Outcome.REJECTED, f"rejected: {record.reason}", covering,
                          covering_s, extra)
+        tolerance = facts.plan.summary.get("kernel_tolerance")
+        if record.error is not None and tolerance is not None and record.error > tolerance:
+            return Rival(candidate, backend, record.median_s, Outcome.REJECTED,
+                         f"rejected: relative error {record.error:.2e} against the reference exceeds this plan's "
+                         f"tolerance {tolerance:.2e}", covering, covering_s, extra)
         assert record.median_s is not None
         rest = covered - set(candidate.nodes)
         rest_s = self.cover_cost(rest) if rest else 0.0
         outcome, reason, margin = _verdict(record.median_s, covering_s, extra, rest_s,
-                                           [facts.kernels[k].id for k in covering])
+                                           [facts.kernels[k].id for k in covering], _why_not_cheaper(facts))
         return Rival(candidate, backend, record.median_s, outcome, reason, covering, covering_s, extra, margin)
 
 
+def _why_not_cheaper(facts: PlanFacts) -> str:
+    """Why the plan does not use a kernel that its profile says is cheaper, in this plan's terms.
+    The solver's optimality gap is cited only when there is one."""
+    summary = facts.plan.summary
+    gap = summary.get("gap") or 0.0
+    if gap > 0:
+        return f"within the solver's optimality gap ({gap:.1%})"
+    kept = summary.get("kept")
+    if kept and kept != "split":
+        return f"the plan is {kept}'s whole model, kept because it ran fastest end to end ({summary.get('why', '')})"
+    penalty_us = summary.get("kernel_penalty_us") or 0.0
+    if penalty_us > 0:
+        return (f"measured selection prices every kernel {penalty_us:.0f} us more for its boundaries (learned from "
+                "the plan's measured time), and with that it costs more in a plan")
+    return "the plan was kept by its measured end-to-end time, not by the sum of profiles alone"
+
+
 def _verdict(cost_s: float, covering_s: float, extra: int, rest_s: float | None,
-             kernel_ids: list[str]) -> tuple[Outcome, str, float]:
+             kernel_ids: list[str], why_not_cheaper: str = "") -> tuple[Outcome, str, float]:
     margin_s = cost_s + (rest_s or 0.0) - covering_s
-    outcome, reason = _verdict_text(cost_s, covering_s, extra, rest_s, kernel_ids)
+    outcome, reason = _verdict_text(cost_s, covering_s, extra, rest_s, kernel_ids, why_not_cheaper)
     return outcome, reason, margin_s
 
 
 def _verdict_text(cost_s: float, covering_s: float, extra: int, rest_s: float | None,
-                  kernel_ids: list[str]) -> tuple[Outcome, str]:
+                  kernel_ids: list[str], why_not_cheaper: str = "") -> tuple[Outcome, str]:
     """Compare with the chosen kernels; when they compute more, add the best cover of the remainder."""
     ids = "+".join(kernel_ids)
     if extra and rest_s is not None:
@@ -181,15 +203,15 @@ def _verdict_text(cost_s: float, covering_s: float, extra: int, rest_s: float | 
         if delta_ms * 1e-3 >= -TIE_S:
             return Outcome.TIE, f"with the best kernels for the other {extra} primitives of {ids} it costs the same"
         return Outcome.TIE, (f"{-delta_ms:.4f} ms cheaper with the best kernels for the other {extra} primitives "
-                             f"of {ids}: within the solver's optimality gap")
+                             f"of {ids}, by profiles; {why_not_cheaper}")
     delta_ms = (cost_s - covering_s) * 1e3
     if extra == 0:
         if abs(delta_ms) * 1e-3 <= TIE_S:
             return Outcome.TIE, f"same cost as {ids} on the same primitives (a tie the solver broke)"
         if delta_ms > 0:
             return Outcome.COSTLIER, f"costlier by {delta_ms:.4f} ms than {ids} on the same primitives"
-        return Outcome.TIE, (f"{-delta_ms:.4f} ms cheaper than {ids} on the same primitives: "
-                             "within the solver's optimality gap")
+        return Outcome.TIE, (f"{-delta_ms:.4f} ms cheaper than {ids} on the same primitives, by profiles; "
+                             f"{why_not_cheaper}")
     if delta_ms >= 0:
         return Outcome.COSTLIER, (f"costlier by {delta_ms:.4f} ms than {ids}, "
                                   f"which also compute{'s' if len(kernel_ids) == 1 else ''} {extra} more primitives")

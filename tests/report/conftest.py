@@ -13,7 +13,8 @@ from korch import __version__, zoo
 from korch.candidates.candidate import boundary
 from korch.ir.graph import GraphBuilder
 from korch.ir.types import DType, TensorType
-from korch.pipeline import OptimizeSettings, optimize
+from korch.pipeline import optimize
+from korch.settings import OptimizeSettings
 from korch.plan import Plan, Step, save_plan
 from korch.profile.database import ProfileDB, machine_fingerprint
 

@@ -97,28 +97,20 @@ def _zoo_plans() -> list[tuple[str, Path | None]]:
 
 
 @pytest.mark.parametrize("name,plan_dir", _zoo_plans(), ids=lambda v: str(v) if isinstance(v, str) else "")
-def test_every_zoo_report_opens(browser, name: str, plan_dir: Path | None, tmp_path: Path,
-                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import korch.pipeline
-    import korch.profile.profiler
+def test_every_zoo_report_opens(browser, name: str, plan_dir: Path | None, tmp_path: Path) -> None:
     from korch import zoo
-
-    # Only the page is under test here: short timings make the plans quickly (any plan will do).
-    for module, names in ((korch.profile.profiler, ("PROFILE_REPEATS", "PROFILE_WARMUP")),
-                          (korch.pipeline, ("PLAN_REPEATS", "PLAN_WARMUP"))):
-        for attr in names:
-            monkeypatch.setattr(module, attr, 1)
-    monkeypatch.setattr(korch.profile.profiler, "PROFILE_MIN_SECONDS", 0.0)
-    monkeypatch.setattr(korch.pipeline, "PLAN_MIN_SECONDS", 0.0)
-    from korch.pipeline import OptimizeSettings, optimize
+    from korch.pipeline import optimize
     from korch.plan import load_plan, save_plan
     from korch.profile.database import ProfileDB
+    from korch.settings import QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
 
+    # Only the page is under test here: short timings make the plans quickly (any plan will do).
+    quick = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=QUICK_SELECTION)
     cache = tmp_path / "cache"
     if plan_dir is None:
         cache.mkdir()
         with ProfileDB(cache / "profiles.sqlite") as db:
-            plan, _, _ = optimize(zoo.to_model_proto(name), db, OptimizeSettings(threads=1, backends=("onnxruntime",)))
+            plan, _, _ = optimize(zoo.to_model_proto(name), db, quick)
         plan_dir = save_plan(plan, tmp_path / "plan")
     plan = load_plan(plan_dir, "", "", check_origin=False)
     out = tmp_path / "report.html"

@@ -1,0 +1,329 @@
+"""Measured selection: the plan kept is the fastest executable, timed, not the lowest sum of profiles.
+
+The BLP is exact over profiled kernel costs, but a running plan also pays at every kernel boundary,
+and profiles taken one kernel at a time on a noisy machine can order close contenders wrongly. So:
+
+1. The best *split* plan (two or more kernels) is found by solve -> compile -> time rounds: each
+   round re-prices every kernel by the boundary cost the last plan showed (measured minus predicted,
+   per kernel), moving the choice toward fewer, larger kernels exactly as far as measurement says.
+2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
+   side-by-side comparison, interleaved like `korch bench`, with the split plan. A split plan must
+   win by `multi_kernel_margin`; otherwise the fastest whole-model kernel is the plan.
+3. What was kept and why is recorded in words ("the best split plan measured 45.6 ms side by side,
+   onnxruntime's whole model 39.0 ms"), and stored with the boundary cost in the profile database,
+   so a warm run solves, compiles and times once.
+
+A split plan predicted slower than `contender_factor` times the cheapest whole-model kernel is not
+compiled: boundaries only add to its time, so it cannot win, and its predicted time is the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from korch.frontend.regions import OnnxSource
+from korch.ir.graph import Graph
+from korch.plan import Plan, Step, order_steps
+from korch.profile.database import ProfileDB, RememberedSelection
+from korch.profile.timing import measure, side_by_side
+from korch.runtime import Session, compile_plan
+from korch.select.blp import Option, Selection, SelectionError, solve
+from korch.settings import OptimizeSettings
+from korch.verify import random_feeds
+
+log = logging.getLogger("korch.select")
+
+# Changes when the way a selection problem is decided changes, so remembered outcomes of an older
+# procedure are not replayed.
+PROCEDURE = "measured-selection-v2"
+SPLIT = "split"
+
+
+@dataclass(frozen=True)
+class SelectionStats:
+    """What measured selection did, for the summary, the report and `explain`."""
+
+    kernels: int
+    predicted_ms: float                   # sum of the kept plan's kernel profiles
+    measured_ms: float                    # the kept plan, timed end to end
+    gap: float                            # the solver's proven relative gap for the kept plan
+    optimal: bool
+    kernel_penalty_us: float              # boundary cost per kernel the kept plan was solved with
+    rounds: int                           # split plans compiled and timed
+    remembered: bool                      # replayed from an earlier run's outcome
+    solve_seconds: float
+    kept: str                             # SPLIT, or the engine whose whole-model kernel is the plan
+    why: str                              # the reason, in words
+    split_kernels: int | None = None      # the best split plan, if there was one
+    split_predicted_ms: float | None = None
+    split_measured_ms: float | None = None
+    whole_model_ms: Mapping[str, float] = field(default_factory=dict)    # profiled, per engine
+    side_by_side_ms: Mapping[str, float] = field(default_factory=dict)   # SPLIT and engines, when compared
+
+
+@dataclass(frozen=True)
+class Selected:
+    plan: Plan
+    session: Session
+    stats: SelectionStats
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """A compiled plan and how long it took (None: not compiled, only predicted)."""
+
+    plan: Plan
+    session: Session | None
+    predicted_s: float
+    measured_s: float | None
+    selection: Selection
+    penalty_s: float
+
+
+def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], settings: OptimizeSettings,
+                          machine: str) -> str:
+    """Identifies a selection problem: every option's candidate, backend, primitives and profiled
+    cost, with threads, machine and procedure. Equal keys mean the solver sees the same problem."""
+    from korch import __version__
+
+    s = settings.selection
+    h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|{s.max_rounds}|"
+                       f"{s.multi_kernel_margin}|{s.contender_factor}".encode())
+    rows = sorted(f"{steps[o.key].key}|{steps[o.key].backend}|{sorted(o.nodes)}|{o.cost!r}" for o in options)
+    for row in rows:
+        h.update(row.encode() + b"\n")
+    return h.hexdigest()
+
+
+class _Context:
+    """The fixed parts of one selection problem."""
+
+    def __init__(self, graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
+                 source: OnnxSource | None, settings: OptimizeSettings, machine: str) -> None:
+        from korch import __version__
+
+        self.graph, self.steps, self.source, self.settings = graph, steps, source, settings
+        self.machine, self.version = machine, __version__
+        everything = frozenset(range(len(graph.nodes)))
+        self.whole: dict[str, Option] = {}
+        for o in options:
+            if o.nodes == everything:
+                backend = steps[o.key].backend
+                if backend not in self.whole or o.cost < self.whole[backend].cost:
+                    self.whole[backend] = o
+        whole_keys = {o.key for o in options if o.nodes == everything}
+        self.split_options = [o for o in options if o.key not in whole_keys]
+        self.feeds = random_feeds(graph, settings.seed + 2)
+
+    def solve(self, options: Sequence[Option], penalty_s: float) -> Selection:
+        priced = [replace(o, cost=o.cost + penalty_s) for o in options]
+        return solve(priced, self.graph.inputs, self.graph.outputs, required=range(len(self.graph.nodes)),
+                     time_limit=self.settings.selection.solver_time_limit_s)
+
+    def plan(self, selection: Selection, penalty_s: float) -> tuple[Plan, float]:
+        chosen = order_steps((self.steps[o.key] for o in selection.chosen), self.graph.inputs)
+        uses_onnx = any(st.onnx_nodes for st in chosen)
+        plan = Plan(self.graph, chosen, self.settings.threads, self.machine, self.version,
+                    self.source if uses_onnx else None)
+        return plan, sum(st.cost_s for st in chosen)
+
+    def time(self, session: Session) -> float:
+        s = self.settings.selection
+        return measure(lambda: session.run(None, self.feeds), warmup=s.plan_warmup, repeats=s.plan_repeats,
+                       min_seconds=s.plan_min_seconds).median_s
+
+    def whole_model(self, backend: str) -> tuple[Plan, Selection]:
+        o = self.whole[backend]
+        plan, _ = self.plan(Selection((o,), o.cost, o.cost, 0.0, True), 0.0)
+        return plan, Selection((o,), o.cost, o.cost, 0.0, True)
+
+
+def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
+                       source: OnnxSource | None, settings: OptimizeSettings, machine: str,
+                       db: ProfileDB | None = None) -> Selected:
+    """The fastest plan as measured: the best split plan or one engine's whole model (module doc)."""
+    ctx = _Context(graph, options, steps, source, settings, machine)
+    problem = selection_problem_key(options, steps, settings, machine)
+    remembered = db.get_selection(problem) if db is not None else None
+    if remembered is not None:
+        return _replay(ctx, remembered)
+    split, rounds, solve_s = _best_split(ctx)
+    selected = _compare(ctx, split, rounds, solve_s)
+    if db is not None:
+        kept = selected.stats
+        db.put_selection(problem, kept.kernel_penalty_us * 1e-6, kept.measured_ms * 1e-3,
+                         None if kept.kept == SPLIT else kept.kept, kept.why)
+    return selected
+
+
+def _best_split(ctx: _Context) -> tuple[_Timed | None, int, float]:
+    """The fastest split plan over solve-compile-measure rounds, or None if there is none.
+    Returns it, the rounds timed, and the solver's seconds."""
+    s = ctx.settings.selection
+    cheapest_whole = min((o.cost for o in ctx.whole.values()), default=None)
+    best: _Timed | None = None
+    seen: set[frozenset[str]] = set()
+    penalty = 0.0
+    rounds = 0
+    solve_s = 0.0
+    for _ in range(s.max_rounds):
+        try:
+            selection = ctx.solve(ctx.split_options, penalty)
+        except SelectionError as e:
+            log.info("no split plan: %s", e)
+            return None, rounds, solve_s
+        solve_s += selection.seconds
+        keys = frozenset(o.key for o in selection.chosen)
+        if keys in seen:
+            break
+        seen.add(keys)
+        plan, predicted = ctx.plan(selection, penalty)
+        if best is None and cheapest_whole is not None and predicted > s.contender_factor * cheapest_whole:
+            log.info("best split plan: %d kernels predicted at %.3f ms, beyond %.2fx the cheapest whole-model "
+                     "kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3, s.contender_factor,
+                     cheapest_whole * 1e3)
+            return _Timed(plan, None, predicted, None, selection, penalty), rounds, solve_s
+        session = compile_plan(plan)
+        measured = ctx.time(session)
+        rounds += 1
+        log.info("split round %d: %d kernels, predicted %.3f ms, measured %.3f ms", rounds, len(plan.steps),
+                 predicted * 1e3, measured * 1e3)
+        if best is None or best.measured_s is None or measured < best.measured_s:
+            best = _Timed(plan, session, predicted, measured, selection, penalty)
+        overhead = (measured - predicted) / len(plan.steps)
+        if overhead <= penalty:
+            break
+        penalty = overhead
+    return best, rounds, solve_s
+
+
+def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
+    """Engines whose whole-model kernel could beat the split plan: the cheapest, and any whose profile
+    is within contender_factor of the split plan's time (or of the cheapest whole model's)."""
+    if not ctx.whole:
+        return []
+    cheapest = min(ctx.whole, key=lambda b: ctx.whole[b].cost)
+    bar = split.measured_s if split is not None and split.measured_s is not None else ctx.whole[cheapest].cost
+    factor = ctx.settings.selection.contender_factor
+    return sorted(b for b, o in ctx.whole.items() if b == cheapest or o.cost <= factor * bar)
+
+
+def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float) -> Selected:
+    s = ctx.settings.selection
+    engines = _contenders(ctx, split)
+    compiled: dict[str, tuple[Plan, Selection, Session]] = {}
+    for backend in engines:
+        plan, selection = ctx.whole_model(backend)
+        try:
+            compiled[backend] = plan, selection, compile_plan(plan)
+        except Exception as e:  # it compiled when profiled; a failure now only removes a contender
+            log.warning("whole-model kernel on %s does not compile again (%s); not compared", backend, e)
+    split_timed = split is not None and split.session is not None
+    if not compiled:
+        if split is None or split.session is None:
+            raise SelectionError("no plan compiles: neither a split plan nor any engine's whole-model kernel")
+        return _result(ctx, split.plan, split.session, split.selection, split.measured_s, split.penalty_s, SPLIT,
+                       _why_split_alone(ctx, split), split, rounds, solve_s, {})
+    fns = {b: (lambda sess=sess: sess.run(None, ctx.feeds)) for b, (_, _, sess) in compiled.items()}
+    if split_timed:
+        fns[SPLIT] = lambda: split.session.run(None, ctx.feeds)
+    if s.duel_rounds > 0 and len(fns) > 1:
+        one = split.measured_s if split_timed else ctx.whole[min(compiled, key=lambda b: ctx.whole[b].cost)].cost
+        timings = {k: t.median_s for k, t in side_by_side(fns, s.duel_rounds, one, warmup=1).items()}
+    else:       # nothing to compare with, or comparison off: profiles decide, the plan kept is still timed
+        predicted = {b: ctx.whole[b].cost for b in compiled}
+        if split_timed:
+            predicted[SPLIT] = split.predicted_s
+        pick = min(predicted, key=predicted.get)
+        timings = {pick: split.measured_s if pick == SPLIT else ctx.time(compiled[pick][2])}
+    engine_times = {b: t for b, t in timings.items() if b != SPLIT}
+    winner = min(engine_times, key=engine_times.get) if engine_times else None
+    keep_split = split_timed and SPLIT in timings and (
+        winner is None or timings[SPLIT] <= s.multi_kernel_margin * engine_times[winner])
+    shown = timings if len(timings) > 1 else {}
+    if keep_split:
+        why = _why_split(ctx, split, timings, engine_times)
+        return _result(ctx, split.plan, split.session, split.selection, timings[SPLIT], split.penalty_s, SPLIT, why,
+                       split, rounds, solve_s, shown)
+    assert winner is not None
+    plan, selection, session = compiled[winner]
+    why = _why_whole(ctx, winner, split, timings, engine_times)
+    return _result(ctx, plan, session, selection, engine_times[winner], 0.0, winner, why, split, rounds, solve_s,
+                   shown)
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    digits = 0 if ms >= 100 else 1 if ms >= 10 else 2 if ms >= 1 else 3
+    return f"{ms:.{digits}f} ms"
+
+
+def _why_split_alone(ctx: _Context, split: _Timed) -> str:
+    return f"the best split plan ({len(split.plan.steps)} kernels) measured {_ms(split.measured_s or 0.0)}; " \
+           "no engine's whole-model kernel was available to compare"
+
+
+def _why_split(ctx: _Context, split: _Timed, timings: Mapping[str, float], engines: Mapping[str, float]) -> str:
+    if not engines:
+        return _why_split_alone(ctx, split)
+    rivals = ", ".join(f"{b}'s whole model {_ms(t)}" for b, t in sorted(engines.items(), key=lambda kv: kv[1]))
+    return (f"the best split plan ({len(split.plan.steps)} kernels) measured {_ms(timings[SPLIT])} side by side, "
+            f"faster than {rivals}")
+
+
+def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mapping[str, float],
+               engines: Mapping[str, float]) -> str:
+    s = ctx.settings.selection
+    others = [f"{b}'s {_ms(t)}" for b, t in sorted(engines.items(), key=lambda kv: kv[1]) if b != winner]
+    also = f" (other whole models: {', '.join(others)})" if others else ""
+    mine = f"{winner}'s whole model {_ms(engines[winner])}"
+    if split is None:
+        return f"one engine runs the whole model: no split plan exists over the profiled kernels; {mine}{also}"
+    n = len(split.plan.steps)
+    if split.measured_s is None:
+        return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
+                f"{_ms(split.predicted_s)} (sum of kernel profiles, before boundary costs), {winner}'s whole model "
+                f"profiled at {_ms(ctx.whole[winner].cost)}{also}")
+    if SPLIT in timings:
+        margin = "" if timings[SPLIT] > engines[winner] else \
+            f"; a split plan must be {100 * (1 - s.multi_kernel_margin):.0f}% faster to pay for its boundaries"
+        return (f"one engine runs the whole model: the best split plan ({n} kernels) measured "
+                f"{_ms(timings[SPLIT])} side by side, {mine}{margin}{also}")
+    return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
+            f"{_ms(split.predicted_s)} and measured {_ms(split.measured_s or 0.0)}, {winner}'s whole model profiled "
+            f"at {_ms(ctx.whole[winner].cost)} (no side-by-side comparison){also}")
+
+
+def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, measured_s: float | None,
+            penalty_s: float, kept: str, why: str, split: _Timed | None, rounds: int, solve_s: float,
+            side: Mapping[str, float], remembered: bool = False) -> Selected:
+    if measured_s is None:
+        measured_s = ctx.time(session)
+    log.info("kept %s: %s", "the split plan" if kept == SPLIT else f"{kept}'s whole model", why)
+    stats = SelectionStats(
+        kernels=len(plan.steps), predicted_ms=sum(st.cost_s for st in plan.steps) * 1e3, measured_ms=measured_s * 1e3,
+        gap=selection.gap, optimal=selection.optimal, kernel_penalty_us=penalty_s * 1e6, rounds=rounds,
+        remembered=remembered, solve_seconds=solve_s, kept=kept, why=why,
+        split_kernels=len(split.plan.steps) if split is not None else None,
+        split_predicted_ms=split.predicted_s * 1e3 if split is not None else None,
+        split_measured_ms=split.measured_s * 1e3 if split is not None and split.measured_s is not None else None,
+        whole_model_ms={b: o.cost * 1e3 for b, o in sorted(ctx.whole.items())},
+        side_by_side_ms={k: v * 1e3 for k, v in side.items()})
+    return Selected(plan, session, stats)
+
+
+def _replay(ctx: _Context, remembered: RememberedSelection) -> Selected:
+    """A warm run of a problem decided before: solve (or take the engine's whole model) once, compile, time."""
+    why = remembered.reason or "remembered from an earlier run"
+    backend = remembered.whole_model_backend
+    if backend is not None and backend in ctx.whole:
+        plan, selection = ctx.whole_model(backend)
+        return _result(ctx, plan, compile_plan(plan), selection, None, 0.0, backend, why, None, 0, 0.0, {}, True)
+    selection = ctx.solve(ctx.split_options, remembered.penalty_s)
+    plan, predicted = ctx.plan(selection, remembered.penalty_s)
+    split = _Timed(plan, None, predicted, None, selection, remembered.penalty_s)
+    return _result(ctx, plan, compile_plan(plan), selection, None, remembered.penalty_s, SPLIT, why, split, 0,
+                   selection.seconds, {}, True)

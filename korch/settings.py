@@ -1,0 +1,87 @@
+"""Every tuning number of an optimize run, in one frozen object passed down the stages.
+
+Nothing downstream reads a module global for these: a test or a user who wants faster, rougher
+timings passes `OptimizeSettings(profile=ProfileSettings(min_seconds=0), ...)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from korch.candidates import CandidateLimits, RegionLimits
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How each candidate kernel is timed, and which candidates the expensive backends see."""
+
+    # Median over at least `repeats` runs and `min_seconds`: small kernels (µs) get hundreds of runs
+    # from the time floor; a whole-model region of yolov4 (~0.4 s) gets warmup + repeats runs.
+    warmup: int = 2
+    repeats: int = 5
+    min_seconds: float = 0.05
+    # Inductor compiles cost ~1.3 s each: this many unique small candidates keeps a cold optimize in minutes.
+    inductor_budget: int = 40
+    # Regions compiled by Inductor take seconds to a minute each: the largest few, the whole graph first.
+    inductor_region_budget: int = 4
+
+
+@dataclass(frozen=True)
+class SelectionSettings:
+    """Measured selection: solve, compile and time plans end to end; compare with whole-model kernels."""
+
+    # Solve-compile-measure rounds of the split plan, each re-pricing kernel boundaries.
+    max_rounds: int = 3
+    # Timing one whole plan: few repeats separate plans that differ by more than noise.
+    plan_warmup: int = 2
+    plan_repeats: int = 7
+    plan_min_seconds: float = 0.3
+    # A plan of several kernels is kept only if it runs in at most this fraction of the time of the
+    # fastest whole-model kernel, side by side; otherwise that one kernel is the plan.
+    multi_kernel_margin: float = 0.98
+    # Whole-model kernels that join the comparison: the cheapest, and any whose profile is within
+    # this factor of the split plan's time (close enough that profiling noise may order them wrong).
+    # The split plan is compiled and timed only if its predicted time is within this factor too.
+    contender_factor: float = 1.25
+    # Rounds of the side-by-side comparison (0: none), each running every contender as `korch bench` does.
+    duel_rounds: int = 15
+    solver_time_limit_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class AccuracyPolicy:
+    """When a computed fp32 result counts as correct: one rule for kernels and for whole plans.
+
+    The error of a value is max |actual - expected| over max |expected| (finite entries), per output;
+    NaN matches NaN and an infinity matches the same infinity (IEEE semantics). A result is accepted
+    within `rtol`, or within `fp32_factor` times the error that onnxruntime itself shows against
+    korch's float64-accumulating reference on the same model and inputs, whichever is larger: on a
+    deep model (yolov4) fp32 rounding alone puts every engine ~3e-4 from exact, and refusing that
+    would refuse the engines themselves.
+    """
+
+    rtol: float = 1e-4
+    fp32_factor: float = 2.0
+    # The final plan check runs this many fresh random inputs through the plan and onnxruntime.
+    check_inputs: int = 3
+
+    def tolerance(self, fp32_error: float = 0.0) -> float:
+        """The error allowed, given an fp32 engine's own error on the same computation."""
+        return max(self.rtol, self.fp32_factor * fp32_error)
+
+
+@dataclass(frozen=True)
+class OptimizeSettings:
+    threads: int = 1
+    backends: tuple[str, ...] = ("onnxruntime", "inductor")
+    limits: CandidateLimits = CandidateLimits()
+    regions: RegionLimits | None = RegionLimits()     # None: small candidates only
+    seed: int = 0
+    profile: ProfileSettings = field(default_factory=ProfileSettings)
+    selection: SelectionSettings = field(default_factory=SelectionSettings)
+    accuracy: AccuracyPolicy = field(default_factory=AccuracyPolicy)
+
+
+# Timings good enough to exercise the mechanics, for tests and quick looks (never for a plan you ship).
+QUICK_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0)
+QUICK_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=3)
