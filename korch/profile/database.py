@@ -4,8 +4,10 @@ A record is keyed by (candidate_key, backend, backend_version, threads, machine)
 canonical structural key (so identical blocks share one measurement), the kernel provider and the
 library versions that shape its code, the thread count the kernel was compiled and timed with, and
 a fingerprint of the machine. Its value is a timing (median, 10th and 90th percentiles, runs) when
-the kernel was measured, or a rejection with its reason (it disagreed with the reference, or the
-backend could not compile it), so a later run neither re-times nor retries it.
+the kernel was measured, or a rejection with its reason (the backend could not compile it, or it
+disagreed with the reference), so a later run neither re-times nor retries it; and the kernel's
+error against the reference, so that the accuracy policy, not the first model that met a kernel,
+decides whether it is accurate enough (a rejection for accuracy is retried under a looser tolerance).
 
 Durability: SQLite in WAL mode, each `put` its own committed transaction, so a measurement that `put`
 returned from survives the process being killed at any moment; `synchronous=NORMAL` means only a
@@ -15,8 +17,9 @@ one file at once (WAL readers never block; writers wait up to BUSY_TIMEOUT_S for
 A second table remembers, per selection problem (the graph's profiled options, threads, machine),
 the kernel-boundary penalty that measured selection settled on, the plan's measured time and, when
 one engine's whole-model kernel beat the solver's plan side by side, that engine, so a warm
-`korch optimize` solves once instead of compiling and timing every round again. It was added
-without a schema bump: a file without it gets it on open, and older korch ignores it.
+`korch optimize` solves once instead of compiling and timing every round again. That table and the
+`error` column were added without a schema bump: a file without them gets them on open, and older
+korch ignores them.
 
 The file is the user's: a file that is not a korch profile database, is corrupt, or was written by a
 newer korch is reported as a ProfileDBError and left byte for byte as it was, never repaired.
@@ -58,18 +61,20 @@ _ADVICE_OTHER_CACHE = "Check the disk and permissions, or pass another --cache d
 _ADVICE_WAIT = "Wait for the other korch process, or pass another --cache directory"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _KEY_COLUMNS = ("candidate_key", "backend", "backend_version", "threads", "machine")
-_VALUE_COLUMNS = ("median_s", "p10_s", "p90_s", "runs", "status", "reason", "created_at")   # Record's order
+_VALUE_COLUMNS = ("median_s", "p10_s", "p90_s", "runs", "status", "reason", "created_at", "error")   # Record's order
 _SELECTIONS = """
 CREATE TABLE IF NOT EXISTS selections (
     problem_key TEXT PRIMARY KEY,
     penalty_s REAL NOT NULL,
     measured_s REAL NOT NULL,
     created_at REAL NOT NULL,
-    whole_model_backend TEXT
+    whole_model_backend TEXT,
+    reason TEXT
 ) WITHOUT ROWID;
 """
-# Columns added to `selections` after it first shipped, added to older files on open (NULL in old rows).
-_SELECTION_COLUMNS_ADDED = (("whole_model_backend", "TEXT"),)
+# Columns added after the tables first shipped, added to older files on open (NULL in old rows).
+_COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT")),
+                  "profiles": (("error", "REAL"),)}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS profiles (
@@ -85,6 +90,7 @@ CREATE TABLE IF NOT EXISTS profiles (
     status TEXT NOT NULL CHECK (status IN ('ok', 'rejected')),
     reason TEXT NOT NULL,
     created_at REAL NOT NULL,
+    error REAL,
     PRIMARY KEY ({", ".join(_KEY_COLUMNS)})
 ) WITHOUT ROWID;
 {_SELECTIONS}
@@ -99,12 +105,13 @@ class ProfileDBError(KorchError):
 
 class RememberedSelection(NamedTuple):
     """What measured selection kept for one selection problem: the kernel-boundary penalty it settled
-    on, the plan's measured time, and the backend of the whole-model kernel when that kernel won the
-    side-by-side comparison (None when the solver's plan was kept)."""
+    on, the plan's measured time, the backend of the whole-model kernel when one engine running the
+    whole model was kept (None when a split plan was kept), and why."""
 
     penalty_s: float
     measured_s: float
     whole_model_backend: str | None = None
+    reason: str | None = None
 
 
 class Status(str, Enum):
@@ -128,6 +135,9 @@ class Record:
     status: Status
     reason: str = ""
     created_at: float = field(default_factory=time.time)
+    # The kernel's largest error against the reference, relative to each output's scale (None: not
+    # checked, e.g. it did not compile). Acceptance is the accuracy policy's call, made per model.
+    error: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
@@ -143,15 +153,15 @@ class Record:
 
     @classmethod
     def ok(cls, candidate_key: str, backend: str, backend_version: str, threads: int, machine: str,
-           timing: Timing) -> Record:
+           timing: Timing, error: float | None = None) -> Record:
         return cls(candidate_key, backend, backend_version, threads, machine,
-                   timing.median_s, timing.p10_s, timing.p90_s, timing.runs, Status.OK)
+                   timing.median_s, timing.p10_s, timing.p90_s, timing.runs, Status.OK, error=error)
 
     @classmethod
     def rejected(cls, candidate_key: str, backend: str, backend_version: str, threads: int, machine: str,
-                 reason: str) -> Record:
+                 reason: str, error: float | None = None) -> Record:
         return cls(candidate_key, backend, backend_version, threads, machine, None, None, None, 0, Status.REJECTED,
-                   reason)
+                   reason, error=error)
 
     @property
     def timing(self) -> Timing | None:
@@ -226,17 +236,17 @@ class ProfileDB:
 
     def get_selection(self, problem_key: str) -> RememberedSelection | None:
         """What measured selection settled on for this selection problem, or None."""
-        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend FROM selections WHERE problem_key = ?",
-                           (problem_key,))
-        return RememberedSelection(float(rows[0][0]), float(rows[0][1]), rows[0][2]) if rows else None
+        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend, reason FROM selections "
+                           "WHERE problem_key = ?", (problem_key,))
+        return RememberedSelection(float(rows[0][0]), float(rows[0][1]), rows[0][2], rows[0][3]) if rows else None
 
     def put_selection(self, problem_key: str, penalty_s: float, measured_s: float,
-                      whole_model_backend: str | None = None) -> None:
+                      whole_model_backend: str | None = None, reason: str | None = None) -> None:
         conn = self._connection()
         try:
-            conn.execute("INSERT OR REPLACE INTO selections "
-                         "(problem_key, penalty_s, measured_s, created_at, whole_model_backend) VALUES (?, ?, ?, ?, ?)",
-                         (problem_key, penalty_s, measured_s, time.time(), whole_model_backend))
+            conn.execute("INSERT OR REPLACE INTO selections (problem_key, penalty_s, measured_s, created_at, "
+                         "whole_model_backend, reason) VALUES (?, ?, ?, ?, ?, ?)",
+                         (problem_key, penalty_s, measured_s, time.time(), whole_model_backend, reason))
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 
@@ -288,7 +298,7 @@ def _cpu_model(cpuinfo: Path) -> str | None:
 def _row(record: Record) -> tuple[object, ...]:
     return (record.candidate_key, record.backend, record.backend_version, record.threads, record.machine,
             record.median_s, record.p10_s, record.p90_s, record.runs, record.status.value, record.reason,
-            record.created_at)
+            record.created_at, record.error)
 
 
 def _error(path: Path, problem: str, advice: str = _ADVICE_DELETE) -> ProfileDBError:
@@ -333,19 +343,20 @@ def _open_once(path: Path) -> sqlite3.Connection:
         if version is None:
             _create_schema(conn, path)
         else:
-            _upgrade_selections(conn)     # version-1 files from before the table or its later columns
+            _add_new_columns(conn)        # version-1 files from before the selections table or later columns
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-def _upgrade_selections(conn: sqlite3.Connection) -> None:
+def _add_new_columns(conn: sqlite3.Connection) -> None:
     conn.execute(_SELECTIONS)
-    have = {row[1] for row in conn.execute("PRAGMA table_info(selections)")}
-    for name, sql_type in _SELECTION_COLUMNS_ADDED:
-        if name not in have:
-            conn.execute(f"ALTER TABLE selections ADD COLUMN {name} {sql_type}")
+    for table, columns in _COLUMNS_ADDED.items():
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, sql_type in columns:
+            if name not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
 
 
 def _is_busy(e: sqlite3.Error) -> bool:

@@ -2,8 +2,9 @@
 
 Kernels are fed the values they would see in the model: one reference run of the primitive graph
 on random model inputs, streamed in topological order, so intermediate tensors are freed once no
-remaining work needs them. A kernel whose outputs disagree with the reference is rejected with the
-reason stored, and never chosen.
+remaining work needs them. A kernel whose outputs disagree with the reference by more than the
+accuracy policy allows (korch/settings.py: the same rule as the whole-plan check) is rejected with
+the reason and its error stored, and never chosen.
 """
 
 from __future__ import annotations
@@ -19,19 +20,16 @@ from korch.backends.reference import evaluate
 from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model
 from korch.ir.graph import Graph
-from korch.profile.database import ProfileDB, Record
+from korch.profile.database import ProfileDB, Record, Status
 from korch.profile.timing import measure
-from korch.verify import diff_outputs, random_feeds
+from korch.settings import AccuracyPolicy, ProfileSettings
+from korch.verify import diff_outputs, fp32_errors, random_feeds
 
 log = logging.getLogger("korch.profile")
 
-# A kernel must match the reference within this error relative to each output's scale.
-KERNEL_RTOL = 1e-4
-# Kernel timing: the median over at least this many runs and this much time. Small kernels (µs) get
-# hundreds of runs from the time floor; a whole-model region of yolov4 (~0.4 s) gets 2 + 5 runs.
-PROFILE_WARMUP = 2
-PROFILE_REPEATS = 5
-PROFILE_MIN_SECONDS = 0.05
+# The reason of a rejection for accuracy starts with this; such a rejection is retried when the
+# accuracy policy allows more than the kernel's recorded error (see `profile`).
+ACCURACY_REJECTION = "disagrees with reference"
 
 Progress = Callable[[int, int, str], None]
 
@@ -40,6 +38,28 @@ Progress = Callable[[int, int, str], None]
 class Job:
     candidate: Candidate          # the representative of its key
     backend: str
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    """A record for every (candidate key, backend) pair asked for, and how they were obtained."""
+
+    records: Mapping[tuple[str, str], Record]
+    measured: int                 # pairs measured now
+    stored: int                   # pairs read from the database
+    tolerance: float              # kernels within this error of the reference were accepted
+    fp32_error: float | None      # onnxruntime's own error on the model, which set the tolerance
+
+
+def accepted(record: Record, tolerance: float) -> bool:
+    """A kernel usable in a plan: timed, and within `tolerance` of the reference."""
+    return record.status is Status.OK and (record.error is None or record.error <= tolerance)
+
+
+def _retry(record: Record, tolerance: float) -> bool:
+    """A stored rejection for accuracy that the current tolerance may accept (or of unknown error)."""
+    return (record.status is Status.REJECTED and record.reason.startswith(ACCURACY_REJECTION)
+            and (record.error is None or record.error <= tolerance))
 
 
 def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequence[Job]):
@@ -69,34 +89,67 @@ def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequen
         yield job, env
 
 
-def profile(graph: Graph, candidates: Iterable[Candidate], backends: Sequence[str], db: ProfileDB, threads: int,
-            machine: str, seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None,
-            ) -> tuple[dict[tuple[str, str], Record], int]:
-    """Ensure a record for every (candidate key, backend) pair. Returns them all (stored ones are
-    reused) and how many were measured now."""
-    reps: dict[str, Candidate] = {}
-    for c in candidates:
-        reps.setdefault(c.key, c)
+def _model_fp32_error(graph: Graph, source: OnnxSource | None, feeds: Mapping[str, np.ndarray],
+                      stored: Mapping[tuple[str, str], Record], whole_model_key: str | None) -> float | None:
+    """onnxruntime's error against the reference on this model and these inputs: the error of its
+    whole-model kernel when that was profiled (it is exactly this), else one run of each."""
+    if whole_model_key is not None:
+        known = stored.get((whole_model_key, "onnxruntime"))
+        if known is not None and known.error is not None:
+            return known.error
+    if source is None:
+        return None
+    return max(fp32_errors(source.model, graph, feeds).values(), default=0.0)
+
+
+def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileDB, threads: int, machine: str,
+            settings: ProfileSettings = ProfileSettings(), accuracy: AccuracyPolicy = AccuracyPolicy(),
+            seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None) -> ProfileOutcome:
+    """Ensure a record for every (candidate key, backend) pair of `pools` (backend -> candidates).
+
+    Stored records are reused. A kernel is accepted when it is within the accuracy policy's tolerance
+    of the reference, given onnxruntime's own fp32 error on this model (computed only when some
+    kernel's acceptance depends on it).
+    """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
-    for name in backends:
+    whole_model_key: str | None = None
+    for name, candidates in pools.items():
         backend = get_backend(name)
+        reps: dict[str, Candidate] = {}
+        for c in candidates:
+            reps.setdefault(c.key, c)
+            if c.size == len(graph.nodes):
+                whole_model_key = c.key
         stored = db.get_many(list(reps), name, backend.version, threads, machine)
         for key, cand in reps.items():
             if key in stored:
                 records[(key, name)] = stored[key]
             else:
                 jobs.append(Job(cand, name))
-    log.info("profile: %d pairs stored, %d to measure", len(records), len(jobs))
     feeds = random_feeds(graph, seed)
+    doubtful = [r for r in records.values() if (r.error is not None and r.error > accuracy.rtol) or _retry(r, 0.0)]
+    fp32_error = None
+    if jobs or doubtful:
+        fp32_error = _model_fp32_error(graph, source, feeds, records, whole_model_key)
+    tolerance = accuracy.tolerance(fp32_error or 0.0)
+    retried = [(key, name) for (key, name), r in records.items() if _retry(r, tolerance)]
+    by_key = {c.key: c for candidates in pools.values() for c in candidates}
+    for key, name in retried:
+        del records[(key, name)]
+        jobs.append(Job(by_key[key], name))
+    stored_count = len(records)
+    log.info("profile: %d pairs stored, %d to measure; kernels accepted within %.2e of the reference%s",
+             stored_count, len(jobs), tolerance,
+             f" (onnxruntime's own error {fp32_error:.2e})" if fp32_error is not None else "")
     options = CompileOptions(threads=threads)
     for done, (job, env) in enumerate(_streamed_values(graph, feeds, jobs), start=1):
-        record = _measure_one(graph, job, env, options, threads, machine, source)
+        record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance)
         db.put(record)
         records[(job.candidate.key, job.backend)] = record
         if progress is not None:
             progress(done, len(jobs), job.backend)
-    return records, len(jobs)
+    return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error)
 
 
 def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options: CompileOptions,
@@ -110,12 +163,12 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
 
 
 def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions, threads: int,
-                 machine: str, source: OnnxSource | None) -> Record:
+                 machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float) -> Record:
     backend = get_backend(job.backend)
     cand = job.candidate
 
-    def rejected(reason: str) -> Record:
-        return Record.rejected(cand.key, job.backend, backend.version, threads, machine, reason)
+    def rejected(reason: str, error: float | None = None) -> Record:
+        return Record.rejected(cand.key, job.backend, backend.version, threads, machine, reason, error)
 
     sub = extract_subgraph(graph, cand)
     reason = backend.supports(sub)
@@ -130,8 +183,8 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         return rejected(f"compile/run failed: {type(e).__name__}: {str(e)[:200]}")
     diffs = diff_outputs(dict(zip(cand.outputs, outputs)), {o: env[o] for o in cand.outputs})
     worst = max((d.rel for d in diffs), default=0.0)
-    if not worst <= KERNEL_RTOL:
-        return rejected(f"disagrees with reference: relative error {worst:.2e} > {KERNEL_RTOL:.0e}")
-    timing = measure(lambda: kernel.run(inputs), warmup=PROFILE_WARMUP, repeats=PROFILE_REPEATS,
-                     min_seconds=PROFILE_MIN_SECONDS)
-    return Record.ok(cand.key, job.backend, backend.version, threads, machine, timing)
+    if not worst <= tolerance:
+        return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", worst)
+    timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
+                     min_seconds=settings.min_seconds)
+    return Record.ok(cand.key, job.backend, backend.version, threads, machine, timing, worst)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 import os
 import signal
@@ -118,17 +120,33 @@ def test_selections_persist_and_older_files_gain_the_table(tmp_path: Path) -> No
         assert db.get_selection("problem") is None and db.get("k", "inductor", "torch-2.13", 2, MACHINE)
         db.put_selection("problem", 2.5e-4, 1.25e-2)
     with ProfileDB(path) as db:
-        assert db.get_selection("problem") == (2.5e-4, 1.25e-2, None)
-        db.put_selection("other", 0.0, 1e-2, "onnxruntime")
+        assert db.get_selection("problem") == (2.5e-4, 1.25e-2, None, None)
+        db.put_selection("other", 0.0, 1e-2, "onnxruntime", "it measured faster")
+        assert db.get_selection("other").reason == "it measured faster"
     with sqlite3.connect(path) as conn:          # a file from before the whole_model_backend column
         conn.execute("DROP TABLE selections")
         conn.execute("CREATE TABLE selections (problem_key TEXT PRIMARY KEY, penalty_s REAL NOT NULL, "
                      "measured_s REAL NOT NULL, created_at REAL NOT NULL) WITHOUT ROWID")
         conn.execute("INSERT INTO selections VALUES ('problem', 2.5e-4, 1.25e-2, 0)")
     with ProfileDB(path) as db:
-        assert db.get_selection("problem") == (2.5e-4, 1.25e-2, None)
+        assert db.get_selection("problem") == (2.5e-4, 1.25e-2, None, None)
         db.put_selection("other", 0.0, 1e-2, "onnxruntime")
         assert db.get_selection("other").whole_model_backend == "onnxruntime"
+
+
+def test_records_keep_their_error_and_older_files_gain_the_column(tmp_path: Path) -> None:
+    """A kernel's error against the reference is stored with it; a file from before the column opens,
+    gains it, keeps its rows (error unknown) and stores errors from then on."""
+    path = tmp_path / "p.sqlite"
+    with ProfileDB(path) as db:
+        db.put(replace(ok("k"), error=3.5e-4))
+        assert db.get("k", "inductor", "torch-2.13", 2, MACHINE).error == 3.5e-4
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE profiles DROP COLUMN error")
+    with ProfileDB(path) as db:
+        assert db.get("k", "inductor", "torch-2.13", 2, MACHINE).error is None
+        db.put(replace(ok("j"), error=1e-6))
+        assert db.get("j", "inductor", "torch-2.13", 2, MACHINE).error == 1e-6
 
 
 def test_creates_missing_cache_directories(tmp_path: Path) -> None:
