@@ -33,6 +33,8 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from korch.errors import ExitCode, KorchError
+
 log = logging.getLogger("korch.select")
 
 # A proven-optimal bound this close (relative) to the cost is the cost: float rounding, not a gap.
@@ -42,8 +44,11 @@ DEFAULT_TIME_LIMIT_S = 60.0
 COST_SCALE = 1e6
 
 
-class SelectionError(RuntimeError):
-    """No set of options computes the outputs (a value has no producer), or the solver failed."""
+class SelectionError(KorchError):
+    """No set of options computes the outputs (every kernel for some value was rejected), or the
+    solver failed. The message names the value."""
+
+    exit_code = ExitCode.VERIFY
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,19 @@ def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
     return matrix, np.array(lower)
 
 
+def usable(options: Sequence[Option], free: set[str]) -> list[Option]:
+    """The options that can run in some plan: every input is free or made by another usable option.
+    (An option whose input no accepted kernel produces, e.g. because every kernel computing it was
+    rejected, could never run; dropping it leaves the optimum unchanged.)"""
+    kept = list(options)
+    while True:
+        made = free | {t for o in kept for t in o.outputs}
+        still = [o for o in kept if o.inputs <= made]
+        if len(still) == len(kept):
+            return kept
+        kept = still
+
+
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
           required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S) -> Selection:
     """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`.
@@ -120,6 +138,18 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
     """
     start = time.perf_counter()
     free = set(graph_inputs)
+    graph_outputs = list(graph_outputs)
+    kept = usable(options, free)
+    if len(kept) < len(options):
+        log.info("BLP: %d options dropped: an input of each is produced by no usable option",
+                 len(options) - len(kept))
+        made = free | {t for o in kept for t in o.outputs}
+        for t in graph_outputs:
+            if t not in made:
+                missing = sorted({i for o in options if t in o.outputs for i in o.inputs - made})
+                raise SelectionError(f"graph output {t!r} cannot be computed: the options that compute it need "
+                                     f"{missing[:5]}, which no usable option produces")
+    options = kept
     matrix, lower = _problem(options, free, graph_outputs, required)
     # Costs are seconds (~1e-6); scaled to microseconds so the solver's absolute tolerances mean little.
     cost = np.array([o.cost for o in options], dtype=np.float64) * COST_SCALE

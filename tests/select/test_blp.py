@@ -81,3 +81,16 @@ def test_cover_cuts_keep_the_optimum_on_a_real_graph(seed: int) -> None:
     assert plain.optimal and cut.optimal
     assert cut.cost == pytest.approx(plain.cost)
     assert _feasible(list(cut.chosen), set(graph.inputs), list(graph.outputs))
+
+
+def test_options_that_can_never_run_are_dropped_not_fatal() -> None:
+    """When every kernel that computes a value was rejected (e.g. for accuracy), options reading that
+    value can never run: they are dropped, transitively, and the rest still solves; with nothing
+    left for an output, the error names it."""
+    whole = Option("whole", frozenset({"x"}), frozenset({"y"}), 5.0)
+    reads_m = Option("m->n", frozenset({"m"}), frozenset({"n"}), 0.1)       # nothing makes m
+    reads_n = Option("n->y", frozenset({"n"}), frozenset({"y"}), 0.1)       # n only comes from m->n
+    sel = solve([whole, reads_m, reads_n], {"x"}, ["y"])
+    assert [o.key for o in sel.chosen] == ["whole"] and sel.optimal
+    with pytest.raises(SelectionError, match="'y'"):
+        solve([reads_m, reads_n], {"x"}, ["y"])
