@@ -52,8 +52,10 @@ def causal_mask(seq: int, style: MaskStyle) -> Tensor:
 
     Built by comparing position ranges, as Hugging Face's causal-mask helpers do, rather than with
     torch.tril: the exporter folds the comparison of two small ranges into one constant at any
-    length, whereas tril (or a Not) of a [seq, seq] tensor stays in the ONNX graph once seq * seq
-    exceeds onnxscript's folding limit (8192 input elements: seq > 90).
+    length, whereas an op on a [seq, seq] tensor (tril, Not) stays in the ONNX graph once seq * seq
+    exceeds onnxscript's folding limit (8192 input elements: seq > 90). So the NEG_INF mask is one
+    constant at every length; the LOWEST one is too at the mini length, and past 90 tokens would
+    keep a Where of constants (korch's fission folds it), which no registered model does.
     """
     position = torch.arange(seq)
     blocked = position.unsqueeze(0) > position.unsqueeze(1)
