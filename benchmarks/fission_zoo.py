@@ -17,7 +17,7 @@ from korch.pipeline import run_fission
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="zoo models (default: the seven full-size ones)")
+    parser.add_argument("names", nargs="*", help="zoo models (default: every full-size one)")
     parser.add_argument("--mini", action="store_true", help="the mini variants instead")
     parser.add_argument("--json", help="also write the rows as JSON here")
     parser.add_argument("--seed", type=int, default=0)

@@ -10,6 +10,7 @@ from korch.zoo import yolox as _yolox  # noqa: F401
 from korch.zoo import yolov4 as _yolov4  # noqa: F401
 from korch.zoo import bert as _bert  # noqa: F401
 from korch.zoo import vit as _vit  # noqa: F401
+from korch.zoo import gpt as _gpt  # noqa: F401
 from korch.zoo.export import build_module, cached_export, example_inputs, export_onnx, to_model_proto
 from korch.zoo.registry import InputSpec, UnknownModelError, ZooModel, get_model, list_models
 

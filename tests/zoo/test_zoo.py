@@ -26,11 +26,14 @@ MIN_CHANGE = 1e-3
 # Random weights must give neither vanishing nor exploding outputs: max |output| within this range.
 SCALE_RANGE = (0.05, 100.0)
 
-FULL_NAMES = ("candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "bert-base", "vit-b16")
-MINI_NAMES = (
-    "candy-mini", "segformer-mini", "efficientvit-mini", "yolox-mini", "yolov4-mini", "bert-mini", "vit-mini",
+FULL_NAMES = (
+    "candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "bert-base", "vit-b16", "gpt2-small",
 )
-MINI_OF = dict(zip(FULL_NAMES, MINI_NAMES))
+# The mini variant of each full model.
+MINI_OF = dict(zip(FULL_NAMES, (
+    "candy-mini", "segformer-mini", "efficientvit-mini", "yolox-mini", "yolov4-mini", "bert-mini", "vit-mini",
+    "gpt-mini",
+), strict=True))
 
 # Op types of each full model's exported graph (torch 2.13 dynamo exporter + onnxscript 0.7.2
 # optimizer, opset 18; BatchNorm is folded into Conv). Each mini variant must use the same set.
@@ -56,12 +59,33 @@ FULL_OP_TYPES: dict[str, set[str]] = {
         "Add", "Concat", "Conv", "Div", "Erf", "Gather", "Gemm", "LayerNormalization", "MatMul", "Mul",
         "Reshape", "Softmax", "Transpose",
     },
+    # Tanh GELU stays decomposed (Pow, Tanh, Mul, Add) at opset 18; the -inf causal mask is a Where.
+    "gpt2-small": {
+        "Add", "Gather", "LayerNormalization", "MatMul", "Mul", "Pow", "Reshape", "Softmax", "Split", "Tanh",
+        "Transpose", "Where",
+    },
 }
+# Mini variants with no full-size twin, and their op types: gpt-mini-lowest is gpt-mini with the
+# additive finfo.min causal mask, an Add of a constant instead of a Where.
+MINI_ONLY_OP_TYPES: dict[str, set[str]] = {"gpt-mini-lowest": FULL_OP_TYPES["gpt2-small"] - {"Where"}}
+MINI_NAMES = (*MINI_OF.values(), *MINI_ONLY_OP_TYPES)
+
+# Decoders with a causal mask, and the value each writes into masked scores.
+CAUSAL_MINI_MASKS = {"gpt-mini": float("-inf"), "gpt-mini-lowest": float(np.finfo(np.float32).min)}
+# gpt-mini and gpt-mini-lowest differ only in the mask style: masked terms are exactly 0 after the
+# softmax in both, so their logits agree to float rounding of the same arithmetic.
+MASK_STYLE_RTOL = 1e-6
 
 
 def _seed(name: str, salt: str) -> int:
     """A fixed per-test seed derived from the model name and the test."""
     return zlib.crc32(f"{salt}:{name}".encode())
+
+
+def _mini_op_types(name: str) -> set[str]:
+    if name in MINI_ONLY_OP_TYPES:
+        return MINI_ONLY_OP_TYPES[name]
+    return FULL_OP_TYPES[next(f for f, m in MINI_OF.items() if m == name)]
 
 
 def _random_inputs(model: zoo.ZooModel, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -149,8 +173,7 @@ def test_mini_model_exports_and_matches_eager(name: str, tmp_path: Path) -> None
     assert not proto.functions
     assert {n.domain for n in proto.graph.node} <= {""}
     assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
-    full = next(f for f, m in MINI_OF.items() if m == name)
-    assert {n.op_type for n in proto.graph.node} == FULL_OP_TYPES[full]
+    assert {n.op_type for n in proto.graph.node} == _mini_op_types(name)
 
     session = ort.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"])
     sess_inputs = session.get_inputs()
@@ -218,3 +241,59 @@ def test_resolve_model_falls_back_to_memory_when_the_cache_is_unwritable(tmp_pat
     blocker.write_text("not a directory")
     assert isinstance(resolve_model("candy-mini", blocker), onnx.ModelProto)
     assert isinstance(resolve_model("candy-mini", tmp_path), Path)
+
+
+def _session(name: str) -> ort.InferenceSession:
+    proto = zoo.to_model_proto(name)
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("name", CAUSAL_MINI_MASKS)
+def test_decoder_graph_holds_its_causal_mask(name: str) -> None:
+    """The exported mask is a constant [seq, seq] tensor, applied to every layer's scores in its style:
+    a bool 'blocked' (strictly above the diagonal) selecting -inf in a Where, or an additive float mask."""
+    proto = zoo.to_model_proto(name)
+    seq = zoo.get_model(name).inputs[0].shape[1]
+    blocked = np.triu(np.ones((seq, seq), dtype=bool), k=1)
+    masked_value = CAUSAL_MINI_MASKS[name]
+    constants = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
+    masks = []
+    for node in proto.graph.node:
+        arrays = [constants.get(i) for i in node.input]
+        if node.op_type == "Where" and arrays[0] is not None and arrays[0].shape == (seq, seq):
+            assert np.array_equal(arrays[0], blocked) and arrays[1] is not None
+            masks.append(float(arrays[1]))
+        if node.op_type == "Add" and any(a is not None and a.shape == (seq, seq) for a in arrays):
+            mask = next(a for a in arrays if a is not None and a.shape == (seq, seq))
+            assert np.array_equal(mask, np.where(blocked, np.float32(masked_value), np.float32(0)))
+            masks.append(float(mask.min()))
+    layers = sum(n.op_type == "Softmax" for n in proto.graph.node)
+    assert masks == [masked_value] * layers
+
+
+@pytest.mark.parametrize("name", CAUSAL_MINI_MASKS)
+def test_decoder_is_causal_in_onnxruntime(name: str) -> None:
+    """Changing token t leaves the logits of positions < t bit-identical and changes every position >= t."""
+    session = _session(name)
+    spec = zoo.get_model(name).inputs[0]
+    assert spec.high is not None
+    rng = np.random.default_rng(_seed(name, "causal"))
+    seq = spec.shape[1]
+    for t in (1, int(rng.integers(2, seq - 1)), seq - 1):
+        ids = rng.integers(0, spec.high, size=spec.shape, dtype=np.int64)
+        changed = ids.copy()
+        changed[0, t] = (ids[0, t] + rng.integers(1, spec.high)) % spec.high
+        before, after = (session.run(None, {spec.name: x})[0] for x in (ids, changed))
+        assert np.array_equal(before[:, :t], after[:, :t]), f"position < {t} sees token {t}"
+        moved = np.abs(before[:, t:] - after[:, t:]).max(axis=-1)
+        assert (moved > MIN_CHANGE * float(np.abs(before).max())).all(), moved
+
+
+def test_decoder_mask_styles_compute_the_same_logits() -> None:
+    """With the same seed the -inf and finfo.min variants are one function: each mask really masks."""
+    spec = zoo.get_model("gpt-mini").inputs[0]
+    assert spec.high is not None
+    ids = np.random.default_rng(_seed("gpt-mini", "styles")).integers(0, spec.high, spec.shape, dtype=np.int64)
+    neg_inf, lowest = (_session(n).run(None, {spec.name: ids})[0] for n in CAUSAL_MINI_MASKS)
+    assert np.isfinite(neg_inf).all() and np.isfinite(lowest).all()
+    assert float(np.abs(neg_inf - lowest).max()) <= MASK_STYLE_RTOL * float(np.abs(neg_inf).max())
