@@ -252,3 +252,16 @@ def test_whole_model_kernels_of_each_engine_are_compared_side_by_side(tmp_path: 
     else:
         assert timed[SPLIT] <= timed[fastest_engine] * settings.selection.multi_kernel_margin
     assert [s.key for s in again.steps] == [s.key for s in plan.steps] and warm.selection.remembered
+
+
+@pytest.mark.parametrize("name", ["gpt-mini", "gpt-mini-lowest"])
+def test_causal_attention_masks_optimize_and_check(name: str, db: ProfileDB) -> None:
+    """Masked scores of -inf or the dtype's lowest value cross kernel boundaries (primitive kernels
+    only): every such kernel is accepted by the comparison's IEEE/sentinel rules, and the plan
+    matches onnxruntime on fresh inputs."""
+    model = zoo.to_model_proto(name)
+    plan, session, stats = optimize(model, db, ORT_KERNELS_ONLY)
+    assert len(plan.steps) > 1 and stats.max_rel_error <= DEFAULT_RTOL
+    feeds = random_feeds(plan.graph, seed=5)
+    for diff in diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), run_onnxruntime(model, feeds)):
+        assert diff.rel <= DEFAULT_RTOL, diff
