@@ -24,7 +24,9 @@ OPS_SHOWN = 8
 
 
 def _num(value: Any) -> Any:
-    """JSON has no NaN or infinity: such numbers become null."""
+    """JSON has no NaN or infinity: such numbers become null (inside mappings too)."""
+    if isinstance(value, dict):
+        return {k: _num(v) for k, v in value.items()}
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 

@@ -70,9 +70,11 @@ def explain_node(facts: PlanFacts, index: ProfileIndex, node: int, limit: int = 
 
 
 def explain_kernel(facts: PlanFacts, index: ProfileIndex, kernel: Kernel, limit: int = DEFAULT_LIMIT) -> str:
-    lines = [kernel_line(facts, kernel),
-             f"  ONNX nodes: {', '.join(facts.origins(kernel.nodes)) or '-'}",
-             f"  inputs {', '.join(kernel.step.inputs)} -> outputs {', '.join(kernel.step.outputs)}"]
+    lines = [kernel_line(facts, kernel)]
+    if len(facts.kernels) == 1 and facts.plan.summary.get("why"):      # one engine runs the whole model
+        lines.append(f"  why: {facts.plan.summary['why']}")
+    lines += [f"  ONNX nodes: {', '.join(facts.origins(kernel.nodes)) or '-'}",
+              f"  inputs {', '.join(kernel.step.inputs)} -> outputs {', '.join(kernel.step.outputs)}"]
     for i in kernel.nodes:
         n = facts.graph.nodes[i]
         again = " (recomputed)" if i in facts.recomputed else ""
@@ -86,9 +88,25 @@ def explain_kernel(facts: PlanFacts, index: ProfileIndex, kernel: Kernel, limit:
     return "\n".join(lines)
 
 
+def plan_verdict(facts: PlanFacts) -> list[str]:
+    """The plan's measured time and why it is this plan (split or one engine's whole model)."""
+    summary = facts.plan.summary
+    lines = []
+    if summary.get("measured_ms") is not None:
+        lines.append(f"measured {summary['measured_ms']:.4f} ms per run end to end "
+                     f"(predicted {facts.total_s * 1e3:.4f} ms, the sum of its kernels' profiles)")
+    if summary.get("why"):
+        lines.append(f"why: {summary['why']}")
+    gap = summary.get("gap")
+    if gap:
+        lines.append(f"the solver stopped at a relative gap of {gap:.1%} (not proven optimal)")
+    return lines
+
+
 def overview(facts: PlanFacts) -> str:
     lines = [f"plan {facts.path}: {len(facts.graph.nodes)} primitives in {len(facts.kernels)} kernels, "
              f"predicted {facts.total_s * 1e3:.4f} ms"]
+    lines += plan_verdict(facts)
     lines += [kernel_line(facts, k) for k in facts.kernels]
     lines.append("korch explain PLAN --node NAME (a value or ONNX node name) or --kernel ID explains one")
     return "\n".join(lines)

@@ -191,7 +191,7 @@ function kernelHtml(k, focusPrim) {
     "<tr><td>kernel</td><td><span class=\"swatch\" style=\"background:" + kernelColor(k) + '"></span> <b>' +
     K.id + "</b> (" + (k + 1) + " of " + D.kernels.length + " in execution order)</td></tr>" +
     "<tr><td>backend</td><td>" + esc(K.label) + "</td></tr>" +
-    "<tr><td>measured time</td><td>" + ms(K.ms) + " (" + (100 * K.ms / D.totalMs).toFixed(1) + "% of plan)</td></tr>" +
+    "<tr><td>profiled time</td><td>" + ms(K.ms) + " (" + (100 * K.ms / D.totalMs).toFixed(1) + "% of plan)</td></tr>" +
     "<tr><td>primitives</td><td>" + K.nodes.length + " (time counted as " + esc(K.cls) + ")</td></tr>" +
     "<tr><td>ONNX nodes</td><td class=\"mono\">" + (folded(K.origins.map(esc), "<br>", LIST_HEAD) || "-") +
     "</td></tr>" +
@@ -268,9 +268,11 @@ function summaryHtml() {
   add("candidates", S.candidates === undefined ? undefined : S.candidates + " (" + S.unique_candidates + " unique keys)");
   add("profiled", S.profiled_new === undefined ? undefined : S.profiled_new + " new, " + S.profiled_cached + " cached");
   add("kernels", D.kernels.length + " (" + backends.map((b) => b + " " + D.kernels.filter((k) => k.label === b).length).join(", ") + ")");
-  add("predicted", ms(D.totalMs));
-  if (S.solve_seconds !== undefined) add("solver", fmt(S.solve_seconds, 3) + " s, gap " + fmt(S.gap, 2) +
-    (S.optimal ? ", proven optimal" : ", NOT proven optimal"));
+  if (S.measured_ms !== undefined) add("measured", ms(S.measured_ms) + " per run, end to end");
+  add("predicted", ms(D.totalMs) + " (sum of kernel profiles)");
+  if (S.why) add("why this plan", esc(S.why));
+  if (S.solve_seconds !== undefined) add("solver", fmt(S.solve_seconds, 3) + " s, " +
+    (S.optimal && !S.gap ? "proven optimal" : "gap " + fmt(S.gap, 2) + ", NOT proven optimal"));
   add("check error", S.max_rel_error === undefined ? undefined : fmt(S.max_rel_error, 2) + " max relative vs onnxruntime");
   const stages = ["load", "fission", "candidates", "profile", "solve", "check", "optimize"]
     .filter((s) => S[s + "_seconds"] !== undefined).map((s) => s + " " + fmt(S[s + "_seconds"], 2) + " s");

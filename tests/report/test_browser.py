@@ -60,6 +60,8 @@ def test_report_loads_draws_and_shows_a_kernel(browser, candy_plan: SavedPlan, t
     kernel = next(k for k, s in enumerate(plan.steps) if 1 in s.nodes)
     assert f"k{kernel}" in details and "onnxruntime" in details and "candidates it beat" in details.lower()
     assert plan.graph.nodes[1].origin in details
+    summary = page.locator("#summary").inner_text()
+    assert "measured" in summary and "why this plan" in summary and plan.summary["why"] in summary
     assert page.locator("g.node.prim.sel").count() == len(plan.steps[kernel].nodes)
     page.locator("#bars rect").nth(len(plan.steps) - 1).click()
     assert f"k{len(plan.steps) - 1}" in page.locator("#details").inner_text()

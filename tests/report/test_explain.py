@@ -63,3 +63,26 @@ def test_cli_explain(candy_plan: SavedPlan, capsys: pytest.CaptureFixture[str]) 
     assert "candidates it beat" in out.out and out.err == ""
     assert main(["explain", str(candy_plan.path), "--node", "nope", "--cache", str(candy_plan.cache)]) != 0
     assert "no primitive output or ONNX node" in capsys.readouterr().err
+
+
+def test_explain_says_why_the_plan_is_one_engines_whole_model(tmp_path) -> None:
+    """A plan that is one engine running the whole model: the overview and the kernel say so and why,
+    with measured times, and no rival is excused by an optimality gap the solver proved is zero."""
+    from korch import zoo
+    from korch.pipeline import optimize
+    from korch.settings import QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
+    from korch.plan import save_plan
+
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=QUICK_SELECTION)
+    with ProfileDB(tmp_path / "cache" / "profiles.sqlite") as db:
+        plan, _, stats = optimize(zoo.to_model_proto("bert-mini"), db, settings)
+        if stats.selection.kept == "split":
+            pytest.skip("this machine kept a split plan for bert-mini today; the whole-model wording is not shown")
+        facts = load_facts(save_plan(plan, tmp_path / "plan"))
+        index = ProfileIndex(facts, db, backends=("onnxruntime",))
+    overview = explain(facts, None)
+    assert f"measured {stats.selection.measured_ms:.4f} ms" in overview
+    assert "why: one engine runs the whole model" in overview and "onnxruntime's whole model" in overview
+    text = explain(facts, index, kernel="k0", limit=10_000)
+    assert "why: one engine runs the whole model" in text
+    assert stats.selection.gap == 0 and "optimality gap" not in text

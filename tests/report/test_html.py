@@ -32,6 +32,7 @@ def test_report_is_self_contained_and_complete(candy_plan: SavedPlan, tmp_path: 
     assert sum(b[1] == "prim" for b in data["boxes"]) == len(plan.graph.nodes)
     assert all("rivals" in k for k in data["kernels"]) and any(k["rivals"] for k in data["kernels"])
     assert data["bench"] is None and data["summary"]["primitives"] == len(plan.graph.nodes)
+    assert data["summary"]["measured_ms"] > 0 and "split plan" in data["summary"]["why"]
 
 
 def test_report_without_database_and_with_bench(candy_plan: SavedPlan, tmp_path: Path,
