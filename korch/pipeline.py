@@ -17,7 +17,7 @@ from korch.backends.reference import run_graph
 from korch.candidates import Candidate, CandidateLimits, RegionLimits, enumerate_candidates, region_candidates
 from korch.errors import ModelLoadError, VerificationError
 from korch.frontend import load_model
-from korch.frontend.fission.driver import fission_with_value_map
+from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
@@ -40,6 +40,7 @@ class FissionResult:
     fission_seconds: float
     verify: VerifyReport | None = None
     value_map: Mapping[str, str] | None = None   # ONNX value name -> primitive-graph value name
+    opaque: tuple[OpaqueNode, ...] = ()           # ONNX nodes kept whole: only an ONNX engine runs them
 
 
 def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
@@ -64,14 +65,15 @@ def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
 
 def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 verify: bool = False, seed: int = 0, rtol: float = DEFAULT_RTOL,
-                cache_dir: str | os.PathLike | None = None) -> FissionResult:
+                cache_dir: str | os.PathLike | None = None, strict: bool = False) -> FissionResult:
+    """`strict`: refuse nodes korch cannot fission instead of keeping them whole (opaque)."""
     t0 = time.perf_counter()
     model = load_model(resolve_model(source, cache_dir), input_shapes)
     t1 = time.perf_counter()
-    graph, value_map = fission_with_value_map(model)
+    fissioned = fission_model(model, strict)
     t2 = time.perf_counter()
-    report = verify_graph(model, graph, seed=seed, rtol=rtol) if verify else None
-    return FissionResult(model, graph, t1 - t0, t2 - t1, report, value_map)
+    report = verify_graph(model, fissioned.graph, seed=seed, rtol=rtol) if verify else None
+    return FissionResult(model, fissioned.graph, t1 - t0, t2 - t1, report, fissioned.value_map, fissioned.opaque)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -65,6 +65,9 @@ class OutputDiff:
     name: str
     max_abs: float
     scale: float          # max |expected|; the error is relative to this
+    # Set when the values cannot be compared at all: shapes that differ (possible when an output's
+    # shape depends on the data, as NonMaxSuppression's does); max_abs is then infinite.
+    mismatch: str = ""
 
     @property
     def rel(self) -> float:
@@ -88,6 +91,8 @@ class VerifyReport:
     def summary(self) -> str:
         worst = max(self.outputs, key=lambda o: o.rel, default=None)
         where = f" (output {worst.name!r}, scale {worst.scale:.3g})" if worst else ""
+        if worst is not None and worst.mismatch:
+            where = f" (output {worst.name!r}: {worst.mismatch})"
         verdict = "OK" if self.ok else "FAILED"
         return f"max relative error vs onnxruntime {self.max_rel:.2e}{where}, tolerance {self.rtol:.0e}: {verdict}"
 
@@ -97,7 +102,8 @@ def diff_outputs(actual: Mapping[str, np.ndarray], expected: Mapping[str, np.nda
     for name, want in expected.items():
         got = np.asarray(actual[name])
         if got.shape != want.shape:
-            diffs.append(OutputDiff(name, float("inf"), 1.0))
+            mismatch = f"shape {got.shape}, expected {want.shape}"
+            diffs.append(OutputDiff(name, float("inf"), 1.0, mismatch))
             continue
         want64, got64 = want.astype(np.float64), got.astype(np.float64)
         if want64.size == 0:
