@@ -98,13 +98,14 @@ def _settings(args: argparse.Namespace):
 
     if args.threads < 1:
         raise UsageError("--threads must be >= 1")
+    strict = getattr(args, "strict", False)
     if args.backends is None:
-        return OptimizeSettings(threads=args.threads, backends=default_backends())
+        return OptimizeSettings(threads=args.threads, backends=default_backends(), strict=strict)
     try:
         backends = check_backends(args.backends.split(","))
     except UsageError as e:
         raise UsageError(f"--{e}") from None
-    return OptimizeSettings(threads=args.threads, backends=backends)
+    return OptimizeSettings(threads=args.threads, backends=backends, strict=strict)
 
 
 def _open_db(args: argparse.Namespace):
@@ -291,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="an .onnx file or a zoo model name")
     p.add_argument("-o", "--output", required=True, metavar="PLAN_DIR")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1xD2...", help="fix an input's shape (repeatable)")
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     orchestration_flags(p)
     p.set_defaults(run=cmd_optimize)
 

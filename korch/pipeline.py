@@ -14,12 +14,14 @@ import onnx
 
 from korch.backends import get_backend
 from korch.backends.reference import run_graph
-from korch.candidates import Candidate, CandidateLimits, RegionLimits, enumerate_candidates, region_candidates
-from korch.errors import ModelLoadError, VerificationError
+from korch.candidates import (Candidate, CandidateLimits, RegionLimits, enumerate_candidates, opaque_regions,
+                              region_candidates)
+from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
+from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step, order_steps
 from korch.profile.database import ProfileDB, Record, Status, machine_fingerprint
 from korch.profile.profiler import Progress, profile
@@ -115,6 +117,7 @@ class OptimizeSettings:
     inductor_region_budget: int = DEFAULT_INDUCTOR_REGION_BUDGET
     seed: int = 0
     solver_time_limit_s: float = 60.0
+    strict: bool = False                              # refuse models with nodes korch cannot fission
 
 
 def _pool(name: str, graph: Graph, small: Sequence[Candidate], regions: Sequence[Candidate],
@@ -133,8 +136,9 @@ def optimize_graph(fissioned: FissionResult, db: ProfileDB, settings: OptimizeSe
     source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
     stats: dict[str, float | int | str] = {"primitives": len(graph.nodes)}
     t0 = time.perf_counter()
+    require_onnx_engine(graph, settings.backends)
     small = enumerate_candidates(graph, settings.limits)
-    regions = region_candidates(graph, settings.regions) if settings.regions is not None else ()
+    regions = region_candidates(graph, settings.regions) if settings.regions is not None else opaque_regions(graph)
     candidates = list(small) + list(regions)
     stats.update(candidates=len(candidates), regions=len(regions), unique_candidates=len({c.key for c in candidates}),
                  candidates_seconds=time.perf_counter() - t0)
@@ -166,6 +170,15 @@ def optimize_graph(fissioned: FissionResult, db: ProfileDB, settings: OptimizeSe
                 stats[f"{name}_whole_model_ms"] = r.median_s * 1e3
     plan, session = _measured_selection(graph, options, steps, source, settings, machine, stats, db)
     return plan, session, stats
+
+
+def require_onnx_engine(graph: Graph, backends: Sequence[str]) -> None:
+    """Opaque nodes run only in an engine that takes ONNX nodes: refuse a choice of backends without one."""
+    opaque = dict.fromkeys(f"{n.origin} ({n.attrs['op_type']})" for n in graph.nodes if n.klass == PrimClass.OPAQUE)
+    if opaque and not any(get_backend(b).accepts_onnx for b in backends):
+        raise UnsupportedError(f"{len(opaque)} ONNX node(s) korch keeps whole run only in an ONNX engine "
+                               f"(onnxruntime), which is not among the backends {list(backends)}: "
+                               + ", ".join(opaque))
 
 
 def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], settings: OptimizeSettings,
@@ -337,7 +350,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     Raises VerificationError (and returns no plan) if the plan disagrees with onnxruntime.
     """
     start = time.perf_counter()
-    fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent)
+    fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent, strict=settings.strict)
     plan, session, stats = optimize_graph(fissioned, db, settings, progress)
     t0 = time.perf_counter()
     report = check_plan(plan, session, fissioned.model, settings.seed + 1)
