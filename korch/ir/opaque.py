@@ -18,6 +18,7 @@ import onnx
 from onnx import helper
 
 from korch.ir.graph import Node
+from korch.ir.ops import IRError
 from korch.ir.types import DType, TensorType
 
 OPAQUE = "opaque"
@@ -80,15 +81,14 @@ def bind_node(attrs: Mapping[str, Any], inputs: Sequence[str], output_name: Call
     """The original node with `inputs` in its present input slots (in order) and output k named
     `output_name(k)` (omitted outputs stay omitted)."""
     node = decode_node(attrs)
+    slots = sum(1 for slot in node.input if slot)
+    if slots != len(inputs):
+        raise IRError(f"opaque {attrs['op_type']}: {len(inputs)} inputs for a node with {slots} present inputs")
     present = iter(inputs)
     node.input[:] = [next(present) if slot else "" for slot in node.input]
     node.output[:] = [output_name(k) if slot else "" for k, slot in enumerate(node.output)]
     node.name = name
     return node
-
-
-def present_inputs(attrs: Mapping[str, Any]) -> int:
-    return sum(1 for slot in decode_node(attrs).input if slot)
 
 
 def one_node_output(index: int) -> str:
