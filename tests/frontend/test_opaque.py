@@ -244,6 +244,41 @@ def test_onnxruntime_contrib_ops_are_typed_and_kept_whole() -> None:
         assert diff.rel <= VERIFY_RTOL, f"seed {seed}: {diff}"
 
 
+def _if_model(capture: bool) -> onnx.ModelProto:
+    """y = x + (sum(x) > 0 ? ones : zeros), the then-branch reading x from outside when `capture`."""
+    def branch(name: str, value: float, reads_x: bool) -> onnx.GraphProto:
+        const = numpy_helper.from_array(np.full((2, 3), value, np.float32), f"{name}_c")
+        node = helper.make_node("Add", ["x", const.name], [name]) if reads_x else \
+            helper.make_node("Identity", [const.name], [name])
+        return helper.make_graph([node], name, [], [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 3])],
+                                 initializer=[const])
+
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["cond"], name="positive"),
+             helper.make_node("If", ["cond"], ["r"], name="choose", then_branch=branch("t", 1.0, capture),
+                              else_branch=branch("e", 0.0, False)),
+             helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+                              initializer=[numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_control_flow_is_kept_whole_unless_its_subgraph_reads_the_enclosing_graph() -> None:
+    model = _if_model(capture=False)
+    graph = fission(model)
+    assert _opaque_origins(graph) == ["choose"]
+    seed = _fresh_seed()
+    for s in (seed, seed + 1):             # both branches are likely taken over a few draws
+        feeds = random_feeds(graph, s)
+        for diff in diff_outputs(run_graph(graph, feeds), run_onnxruntime(model, feeds)):
+            assert diff.rel <= VERIFY_RTOL, f"seed {s}: {diff}"
+    with pytest.raises(UnsupportedError, match=r"'choose' \(If\): its subgraph reads \['x'\] from the enclosing"):
+        fission(_if_model(capture=True))
+
+
 def test_repeated_node_names_are_made_unique() -> None:
     """Primitives name their ONNX node, and regions find nodes by that name: it must be unique."""
     model = topk_model()

@@ -180,6 +180,10 @@ def _emit_opaque(builder: GraphBuilder, proto: onnx.NodeProto, inputs: tuple[Val
                  opsets: Mapping[str, int], onnx_types: Mapping[str, onnx.TypeProto], used: set[str],
                  ) -> list[Value | None]:
     """One opaque primitive per used output of the node, emitted one after another."""
+    captured = sorted(_captured_names(proto))
+    if captured:
+        raise UnsupportedError(f"{describe_node(proto)}: its subgraph reads {captured[:3]} from the enclosing "
+                               "graph, so it cannot run alone as an opaque node")
     types = {k: _tensor_type(proto, name, onnx_types) for k, name in enumerate(proto.output) if name and name in used}
     present = [v for v in inputs if v is not None]
     foldable = proto.op_type not in NONDETERMINISTIC_OPS
@@ -188,6 +192,19 @@ def _emit_opaque(builder: GraphBuilder, proto: onnx.NodeProto, inputs: tuple[Val
         attrs = opaque_attrs(proto, k, opsets, out_type)
         outputs[k] = builder.emit(OPAQUE, present, attrs, node_key(proto), foldable=foldable)
     return outputs
+
+
+def _captured_names(proto: onnx.NodeProto) -> set[str]:
+    """Values a node's subgraphs (If, Loop, Scan bodies) read from outside themselves."""
+    captured: set[str] = set()
+    for attr in proto.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            defined = {v.name for v in sub.input} | {t.name for t in sub.initializer}
+            defined |= {o for n in sub.node for o in n.output}
+            for node in sub.node:
+                captured |= {i for i in node.input if i and i not in defined}
+                captured |= _captured_names(node) - defined
+    return captured
 
 
 def _onnx_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
