@@ -48,13 +48,14 @@ def check_backends(names: Sequence[str]) -> tuple[str, ...]:
 def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | None = None,
              cache_dir: str | os.PathLike | None = None,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
-             progress: Callable[[int, int, str], None] | None = None) -> Plan:
+             progress: Callable[[int, int, str], None] | None = None, strict: bool = False) -> Plan:
     """Optimize `model` (an .onnx path, a ModelProto or a zoo name) for this machine at `threads`
     threads. Measurements go to the profile database under `cache_dir` (default: the user cache dir,
     ~/.cache/korch), so optimizing the same model again profiles nothing.
 
     The returned plan has been compiled, timed end to end and checked against onnxruntime; a plan
     that disagrees raises VerificationError instead. Its summary holds what the CLI prints.
+    Nodes korch cannot fission run whole in onnxruntime; `strict=True` refuses such a model instead.
     """
     from korch.settings import OptimizeSettings
     from korch.pipeline import optimize as run_pipeline
@@ -62,7 +63,7 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
 
     if threads < 1:
         raise UsageError(f"threads must be >= 1, got {threads}")
-    settings = OptimizeSettings(threads=threads,
+    settings = OptimizeSettings(threads=threads, strict=strict,
                                 backends=check_backends(backends) if backends is not None else default_backends())
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     with ProfileDB(directory / "profiles.sqlite") as db:

@@ -33,17 +33,23 @@ def cmd_fission(args: argparse.Namespace) -> int:
     from korch.pipeline import run_fission
 
     result = run_fission(args.model, _input_shapes(args.input_shape), verify=args.verify, seed=args.seed,
-                         rtol=args.rtol)
+                         rtol=args.rtol, strict=args.strict)
     graph = result.graph
     counts = graph.class_counts()
     print(f"model       {args.model}: {len(result.model.graph.node)} ONNX nodes, "
           f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs")
     print(f"primitives  {len(graph.nodes)}: " + ", ".join(f"{k.value} {v}" for k, v in counts.items()))
+    if result.opaque:
+        print(f"opaque      {len(result.opaque)} ONNX node(s) kept whole, run only by an ONNX engine:")
+        for node in result.opaque:
+            op = f"{node.domain}.{node.op_type}" if node.domain else node.op_type
+            print(f"              {node.name or '<unnamed>'} ({op}): {node.reason}")
     print(f"time        load {result.load_seconds:.2f} s, fission {result.fission_seconds:.2f} s")
     if result.verify is not None:
         print(f"verify      {result.verify.summary()} (seed {args.seed})")
         for diff in result.verify.outputs:
-            print(f"              {diff.name}: max abs {diff.max_abs:.3g}, relative {diff.rel:.2e}")
+            error = diff.mismatch or f"max abs {diff.max_abs:.3g}, relative {diff.rel:.2e}"
+            print(f"              {diff.name}: {error}")
         if not result.verify.ok:
             raise VerificationError("the primitive graph disagrees with onnxruntime; no output written")
     if args.output:
@@ -92,13 +98,14 @@ def _settings(args: argparse.Namespace):
 
     if args.threads < 1:
         raise UsageError("--threads must be >= 1")
+    strict = getattr(args, "strict", False)
     if args.backends is None:
-        return OptimizeSettings(threads=args.threads, backends=default_backends())
+        return OptimizeSettings(threads=args.threads, backends=default_backends(), strict=strict)
     try:
         backends = check_backends(args.backends.split(","))
     except UsageError as e:
         raise UsageError(f"--{e}") from None
-    return OptimizeSettings(threads=args.threads, backends=backends)
+    return OptimizeSettings(threads=args.threads, backends=backends, strict=strict)
 
 
 def _open_db(args: argparse.Namespace):
@@ -130,7 +137,9 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
     if sel.split_kernels is not None and sel.kept != "split":
         split = f"; best split plan {sel.split_kernels} kernels"
     rows = [
-        ("primitives", f"{stats.primitives}"),
+        ("primitives", f"{stats.primitives}"
+                       + (f"; {stats.opaque_nodes} ONNX node(s) kept whole (opaque, see korch fission)"
+                          if stats.opaque_nodes else "")),
         ("candidates", f"{stats.candidates} enumerated, {stats.unique_candidates} unique keys"),
         ("profiled", f"{stats.profiled_new} new, {stats.profiled_cached} from cache; kernels accepted within "
                      f"{stats.kernel_tolerance:.1e} of the reference"
@@ -262,6 +271,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+STRICT_HELP = ("refuse the model if some node cannot be fissioned (by default such a node is kept whole and "
+               "run by an ONNX engine)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="korch", description="Optimal kernel orchestration for ONNX inference graphs.")
     parser.add_argument("-v", "--verbose", action="store_true", help="per-stage logs")
@@ -277,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--verify tolerance: max error relative to each output's max magnitude (default 1e-4)")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1xD2...", help="fix an input's shape (repeatable)")
     p.add_argument("--dump", metavar="FILE", help="write the primitive graph as text ('-' for stdout)")
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     p.set_defaults(run=cmd_fission)
 
     def orchestration_flags(p: argparse.ArgumentParser) -> None:
@@ -289,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="an .onnx file or a zoo model name")
     p.add_argument("-o", "--output", required=True, metavar="PLAN_DIR")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1xD2...", help="fix an input's shape (repeatable)")
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     orchestration_flags(p)
     p.set_defaults(run=cmd_optimize)
 

@@ -12,12 +12,13 @@ from pathlib import Path
 import onnx
 
 from korch.backends import get_backend
-from korch.candidates import Candidate, enumerate_candidates, region_candidates
-from korch.errors import ModelLoadError, VerificationError
+from korch.candidates import Candidate, enumerate_candidates, opaque_regions, region_candidates
+from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
-from korch.frontend.fission.driver import fission_with_value_map
+from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
+from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile
@@ -39,6 +40,7 @@ class FissionResult:
     fission_seconds: float
     verify: VerifyReport | None = None
     value_map: Mapping[str, str] | None = None   # ONNX value name -> primitive-graph value name
+    opaque: tuple[OpaqueNode, ...] = ()           # ONNX nodes kept whole: only an ONNX engine runs them
 
 
 def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
@@ -63,14 +65,15 @@ def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
 
 def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 verify: bool = False, seed: int = 0, rtol: float = DEFAULT_RTOL,
-                cache_dir: str | os.PathLike | None = None) -> FissionResult:
+                cache_dir: str | os.PathLike | None = None, strict: bool = False) -> FissionResult:
+    """`strict`: refuse nodes korch cannot fission instead of keeping them whole (opaque)."""
     t0 = time.perf_counter()
     model = load_model(resolve_model(source, cache_dir), input_shapes)
     t1 = time.perf_counter()
-    graph, value_map = fission_with_value_map(model)
+    fissioned = fission_model(model, strict)
     t2 = time.perf_counter()
-    report = verify_graph(model, graph, seed=seed, rtol=rtol) if verify else None
-    return FissionResult(model, graph, t1 - t0, t2 - t1, report, value_map)
+    report = verify_graph(model, fissioned.graph, seed=seed, rtol=rtol) if verify else None
+    return FissionResult(model, fissioned.graph, t1 - t0, t2 - t1, report, fissioned.value_map, fissioned.opaque)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,6 +86,7 @@ class OptimizeStats:
     Saved flat in the plan's summary (`summary()`), which the report and `korch diff` read."""
 
     primitives: int
+    opaque_nodes: int                 # ONNX nodes kept whole (no fission rule): only an ONNX engine runs them
     candidates: int
     regions: int
     unique_candidates: int
@@ -121,10 +125,22 @@ class CandidateSet:
 
 
 def enumerate_all(graph: Graph, settings: OptimizeSettings) -> CandidateSet:
+    """Small candidates, and regions of whole ONNX nodes (at least one per opaque node: only an
+    ONNX engine runs those, as their original node)."""
     t0 = time.perf_counter()
+    require_onnx_engine(graph, settings.backends)
     small = enumerate_candidates(graph, settings.limits)
-    regions = region_candidates(graph, settings.regions) if settings.regions is not None else ()
+    regions = region_candidates(graph, settings.regions) if settings.regions is not None else opaque_regions(graph)
     return CandidateSet(tuple(small), tuple(regions), time.perf_counter() - t0)
+
+
+def require_onnx_engine(graph: Graph, backends: Sequence[str]) -> None:
+    """Opaque nodes run only in an engine that takes ONNX: refuse, naming them, if none is chosen."""
+    opaque = dict.fromkeys(f"{n.origin} ({n.attrs['op_type']})" for n in graph.nodes if n.klass == PrimClass.OPAQUE)
+    if opaque and not any(get_backend(b).accepts_onnx for b in backends):
+        raise UnsupportedError(f"{len(opaque)} ONNX node(s) korch keeps whole run only in an ONNX engine "
+                               f"(onnxruntime), which is not among the backends {list(backends)}: "
+                               + ", ".join(opaque))
 
 
 def profile_pools(graph: Graph, cands: CandidateSet, settings: OptimizeSettings) -> dict[str, list[Candidate]]:
@@ -179,7 +195,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     """
     start = time.perf_counter()
     machine = machine_fingerprint()
-    fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent)
+    fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent, strict=settings.strict)
     graph = fissioned.graph
     onnx_source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
     cands = enumerate_all(graph, settings)
@@ -192,7 +208,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     t0 = time.perf_counter()
     check = check_plan(selected.plan, selected.session, fissioned.model, settings)
     stats = OptimizeStats(
-        primitives=len(graph.nodes), candidates=len(cands.all), regions=len(cands.regions),
+        primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque), candidates=len(cands.all), regions=len(cands.regions),
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,
         profiled_cached=profiled.stored, kernel_tolerance=profiled.tolerance, fp32_error=profiled.fp32_error,
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,

@@ -77,6 +77,7 @@ class OptimizeSettings:
     limits: CandidateLimits = CandidateLimits()
     regions: RegionLimits | None = RegionLimits()     # None: small candidates only
     seed: int = 0
+    strict: bool = False            # refuse models with nodes korch cannot fission, instead of keeping them opaque
     profile: ProfileSettings = field(default_factory=ProfileSettings)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
     accuracy: AccuracyPolicy = field(default_factory=AccuracyPolicy)

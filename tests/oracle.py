@@ -41,10 +41,11 @@ def single_node_model(op_type: str, inputs: Mapping[str, np.ndarray | None], att
     return model
 
 
-def check_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], rtol: float) -> Graph:
+def check_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], rtol: float, strict: bool = False) -> Graph:
     """Fission `model`, check IR invariants, and assert every output is within `rtol` (relative to the
-    output's max magnitude) of onnxruntime's on `feeds`."""
-    graph = check_graph(fission(model))
+    output's max magnitude) of onnxruntime's on `feeds`. `strict`: refuse nodes korch cannot fission
+    (what tests of a rule's refusals need) instead of keeping them whole."""
+    graph = check_graph(fission(model, strict=strict))
     expected = run_onnxruntime(model, feeds)
     actual = run_graph(graph, feeds)
     for diff in diff_outputs(actual, expected):
@@ -56,12 +57,12 @@ def check_model(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], rtol: f
 
 def check_op(op_type: str, inputs: Mapping[str, np.ndarray | None], attrs: Mapping[str, Any] | None = None, *,
              constants: Mapping[str, np.ndarray] | None = None, opset: int = 18, rtol: float = 1e-5,
-             num_outputs: int = 1, input_order: Sequence[str] | None = None) -> Graph:
+             num_outputs: int = 1, input_order: Sequence[str] | None = None, strict: bool = False) -> Graph:
     """Build a one-node model, fission it and compare with onnxruntime. Returns the primitive graph."""
     model = single_node_model(op_type, inputs, attrs, constants=constants, opset=opset,
                               num_outputs=num_outputs, input_order=input_order)
     feeds = {n: a for n, a in inputs.items() if a is not None}
-    return check_model(model, feeds, rtol)
+    return check_model(model, feeds, rtol, strict)
 
 
 def ops_of(graph: Graph) -> list[str]:

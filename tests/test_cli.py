@@ -50,7 +50,7 @@ def test_dump_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.parametrize("case,code,message", [
     ("missing", ExitCode.BAD_MODEL, "no such file"),
-    ("unsupported", ExitCode.UNSUPPORTED, "'act' (Hardmax): no fission rule"),
+    ("strict", ExitCode.UNSUPPORTED, "'act' (Hardmax): no fission rule"),
     ("symbolic", ExitCode.SHAPE, "symbolic dim 'batch'"),
     ("unwritable", ExitCode.IO, "does not exist"),
 ])
@@ -58,15 +58,17 @@ def test_failures_exit_nonzero_and_write_nothing(tmp_path: Path, capsys: pytest.
                                                  code: ExitCode, message: str) -> None:
     src = tmp_path / "m.onnx"
     out = tmp_path / "prims.onnx"
-    if case == "unsupported":
+    flags = []
+    if case == "strict":
         _model(src, op="Hardmax")
+        flags = ["--strict"]
     elif case == "symbolic":
         _model(src, batch="batch")
     elif case == "unwritable":
         _model(src)
         out = tmp_path / "no_such_dir" / "prims.onnx"
     before = sorted(p.name for p in tmp_path.iterdir())
-    assert main(["fission", str(src), "-o", str(out)]) == code
+    assert main(["fission", str(src), "-o", str(out), *flags]) == code
     err = capsys.readouterr().err
     assert err.startswith("korch: error: ") and message in err
     assert "Traceback" not in err

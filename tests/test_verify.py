@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from korch.verify import diff_outputs
+from korch.verify import OutputCheck, PlanCheck, VerifyReport, diff_outputs
 
 LOWEST = float(np.finfo(np.float32).min)
 
@@ -66,3 +66,19 @@ def test_shape_mismatch_and_integer_outputs() -> None:
     assert _rel(np.zeros(3, np.float32), np.zeros(4, np.float32)) == np.inf
     assert _rel(np.array([1, 2, 3]), np.array([1, 2, 4])) == pytest.approx(0.25)
     assert _rel(np.array([True, False]), np.array([True, False])) == 0.0
+
+
+def test_outputs_of_different_shape_are_reported_as_such() -> None:
+    """An output whose shape depends on the data (NonMaxSuppression's) can differ in shape: the report
+    says so instead of comparing values."""
+    rng = np.random.default_rng()
+    want = {"selected": rng.integers(0, 5, (4, 3)), "scores": rng.standard_normal(3).astype(np.float32)}
+    got = {"selected": want["selected"][:2], "scores": want["scores"] + np.float32(1e-6)}
+    diffs = {d.name: d for d in diff_outputs(got, want)}
+    assert diffs["selected"].mismatch == "shape (2, 3), expected (4, 3)" and diffs["selected"].rel == float("inf")
+    assert diffs["scores"].mismatch == "" and diffs["scores"].rel < 1e-5
+    report = VerifyReport(0, tuple(diffs.values()), 1e-4)
+    assert not report.ok
+    assert "output 'selected': shape (2, 3), expected (4, 3)" in report.summary()
+    check = PlanCheck(tuple(OutputCheck(0, d, 1e-4) for d in diffs.values()))
+    assert not check.ok and "shape (2, 3), expected (4, 3)" in check.summary()

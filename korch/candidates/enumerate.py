@@ -3,8 +3,10 @@
 Connected sets are grown from each seed primitive with the ESU scheme (each set is produced once:
 only primitives after the seed, extended through neighbours not yet adjacent to the set), bounded by
 a per-seed budget. A set is kept when it is convex (no path leaves it and comes back), holds at most
-`max_linear` linear primitives and has few enough boundary tensors. Every primitive alone is always a
-candidate, so a selection always exists.
+`max_linear` linear primitives and has few enough boundary tensors. Opaque primitives (ONNX nodes
+kept whole) are never in a small candidate: only an ONNX engine runs them, as regions of whole ONNX
+nodes (regions.py). Every other primitive alone is always a candidate, so with the regions that
+hold each opaque node alone a selection always exists.
 """
 
 from __future__ import annotations
@@ -34,14 +36,19 @@ class CandidateLimits:
 
 
 def _adjacency(graph: Graph) -> list[list[int]]:
+    """Neighbours through data edges, leaving out opaque primitives: growth never reaches them."""
     index = {n.output: k for k, n in enumerate(graph.nodes)}
     adj: list[set[int]] = [set() for _ in graph.nodes]
     for k, node in enumerate(graph.nodes):
         for v in node.inputs:
-            if v in index:
+            if v in index and not _is_opaque(graph, k) and not _is_opaque(graph, index[v]):
                 adj[k].add(index[v])
                 adj[index[v]].add(k)
     return [sorted(a) for a in adj]
+
+
+def _is_opaque(graph: Graph, k: int) -> bool:
+    return graph.nodes[k].klass == PrimClass.OPAQUE
 
 
 def _reachability(graph: Graph) -> tuple[list[int], list[int]]:
@@ -69,6 +76,10 @@ def why_not_candidate(graph: Graph, nodes: tuple[int, ...], limits: CandidateLim
 
     Legality first (must hold for any kernel), then the limits (tunable)."""
     members = set(nodes)
+    opaque = next((graph.nodes[k] for k in nodes if _is_opaque(graph, k)), None)
+    if opaque is not None:
+        return (f"holds the opaque ONNX node {opaque.origin!r} ({opaque.attrs['op_type']}): only an ONNX engine runs "
+                "it, as a region")
     adj = _adjacency(graph)
     seen, stack = {nodes[0]}, [nodes[0]]
     while stack:
@@ -122,6 +133,8 @@ def enumerate_candidates(graph: Graph, limits: CandidateLimits = CandidateLimits
         found[members] = Candidate(members, inputs, outputs, structural_key(graph, nodes, inputs, outputs))
 
     for seed in range(len(graph.nodes)):
+        if _is_opaque(graph, seed):
+            continue
         budget = [limits.max_sets_per_seed]
 
         def extend(members: list[int], mask: int, neighbourhood: int, extension: list[int], n_linear: int) -> None:

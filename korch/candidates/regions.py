@@ -8,7 +8,8 @@ an interval of a topological order is convex.
 
 Ranges are built at several scales on two grids: the graph's single-tensor cut points (where only
 one computed tensor is live, e.g. between residual blocks), and inside long blocks, ONNX-node
-boundaries. The whole graph is always a region.
+boundaries. The whole graph is always a region, and so is every opaque ONNX node alone (only an
+ONNX engine runs it, so without that region a plan could not cover it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from dataclasses import dataclass
 
 from korch.candidates.candidate import Candidate, boundary
 from korch.candidates.key import structural_key
+from korch.errors import UnsupportedError
 from korch.ir.graph import Graph
+from korch.ir.ops import PrimClass
 
 log = logging.getLogger("korch.candidates")
 
@@ -97,16 +100,39 @@ def _ranges(spans: list[tuple[int, int]], cuts: set[int], limits: RegionLimits) 
     return ranges
 
 
-def region_candidates(graph: Graph, limits: RegionLimits = RegionLimits()) -> tuple[Candidate, ...]:
+def _opaque_spans(graph: Graph, spans: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    return {(s, e) for s, e in spans if graph.nodes[s].klass == PrimClass.OPAQUE}
+
+
+def _spans(graph: Graph) -> list[tuple[int, int]] | None:
     spans = onnx_spans(graph)
+    if spans is None and any(n.klass == PrimClass.OPAQUE for n in graph.nodes):
+        raise UnsupportedError(f"graph {graph.name!r}: the primitives of an ONNX node are not contiguous, so no "
+                               "region can hold its opaque nodes (ONNX node names must be unique; load_model "
+                               "makes them so)")
+    return spans
+
+
+def _region(graph: Graph, start: int, end: int) -> Candidate:
+    nodes = tuple(range(start, end))
+    inputs, outputs = boundary(graph, nodes)
+    key = REGION_KEY_PREFIX + structural_key(graph, [graph.nodes[i] for i in nodes], inputs, outputs)
+    origins = tuple(dict.fromkeys(graph.nodes[i].origin for i in nodes))
+    return Candidate(nodes, inputs, outputs, key, origins)
+
+
+def region_candidates(graph: Graph, limits: RegionLimits = RegionLimits()) -> tuple[Candidate, ...]:
+    spans = _spans(graph)
     if not spans:
         return ()
-    regions = []
-    for start, end in sorted(_ranges(spans, cut_positions(graph), limits)):
-        nodes = tuple(range(start, end))
-        inputs, outputs = boundary(graph, nodes)
-        key = REGION_KEY_PREFIX + structural_key(graph, [graph.nodes[i] for i in nodes], inputs, outputs)
-        origins = tuple(dict.fromkeys(graph.nodes[i].origin for i in nodes))
-        regions.append(Candidate(nodes, inputs, outputs, key, origins))
+    ranges = _ranges(spans, cut_positions(graph), limits) | _opaque_spans(graph, spans)
+    regions = tuple(_region(graph, start, end) for start, end in sorted(ranges))
     log.info("regions: %d (from %d ONNX-node spans)", len(regions), len(spans))
-    return tuple(regions)
+    return regions
+
+
+def opaque_regions(graph: Graph) -> tuple[Candidate, ...]:
+    """Only the regions that hold one opaque ONNX node each: what a plan needs when it is otherwise
+    made of small candidates."""
+    spans = _spans(graph)
+    return tuple(_region(graph, s, e) for s, e in sorted(_opaque_spans(graph, spans or [])))

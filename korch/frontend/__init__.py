@@ -9,9 +9,11 @@ from korch.frontend.onnx_import import ModelSource, load_model, parse_input_shap
 from korch.ir.graph import Graph
 
 
-def fission(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
-    """Load an ONNX model (path or ModelProto) and fission it into a checked primitive graph."""
-    return fission_graph(load_model(source, input_shapes))
+def fission(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+            strict: bool = False) -> Graph:
+    """Load an ONNX model (path or ModelProto) and fission it into a checked primitive graph.
+    Nodes korch cannot fission stay whole (opaque primitives); `strict` refuses them instead."""
+    return fission_graph(load_model(source, input_shapes), strict)
 
 
 __all__ = ["fission", "fission_graph", "load_model", "parse_input_shape"]

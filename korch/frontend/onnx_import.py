@@ -1,11 +1,15 @@
 """Load an ONNX model, check it, and fix every input to a static shape.
 
 All user-facing problems (unreadable file, missing external data, checker failure, opset out of
-range, symbolic dims) become a ModelLoadError or ShapeError that names the file, input and dim.
+range, symbolic dims) become a ModelLoadError or ShapeError that names the file, input and dim; ops
+no ONNX engine defines, an UnsupportedError naming every such node. After loading, node keys
+(name, else first output) are unique, and every value an ONNX engine's shape inference can type
+has its type.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,7 +18,10 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from korch.errors import ModelLoadError, ShapeError
+from korch.frontend.engines import is_standard, node_key, unrunnable_error, unrunnable_nodes
 from korch.ir.types import DType
+
+log = logging.getLogger("korch.frontend")
 
 MIN_OPSET = 11
 MAX_OPSET = 21
@@ -63,6 +70,7 @@ def _check(model: onnx.ModelProto, label: str, path: Path | None = None) -> None
     try:
         onnx.checker.check_model(str(path) if path is not None else model)
     except (onnx.checker.ValidationError, ValueError) as e:
+        _refuse_unrunnable(model)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelLoadError(f"{label}: the ONNX checker rejects the model: {first}") from None
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -119,14 +127,74 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     model = onnx.ModelProto.FromString(model.SerializeToString()) if model is source else model
     _check(model, label, None if isinstance(source, onnx.ModelProto) else Path(source))
     _fix_inputs(model, label, input_shapes or {})
+    _unique_node_keys(model)
     del model.graph.value_info[:]
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as e:
+        _refuse_unrunnable(model)
         first = str(e).strip().splitlines()[0]
         raise ModelLoadError(f"{label}: shape inference fails: {first}") from None
+    _type_onnxruntime_ops(model, label)
     _check_input_types(model, label)
     return model
+
+
+def _refuse_unrunnable(model: onnx.ModelProto) -> None:
+    """A checker or shape-inference failure caused by ops no engine knows (a custom domain without its
+    opset import fails the checker): name those ops, the problem the user can act on."""
+    unknown = unrunnable_nodes(model.graph.node)
+    if unknown:
+        raise unrunnable_error(unknown)
+
+
+def _unique_node_keys(model: onnx.ModelProto) -> None:
+    """Rename nodes whose key (node_key: the name, else the first output) repeats an earlier node's:
+    primitives name their ONNX node by it, and regions find their nodes by it."""
+    keys = {node_key(n) for n in model.graph.node}
+    seen: set[str] = set()
+    for node in model.graph.node:
+        key = node_key(node)
+        if key in seen:
+            suffix = 1
+            while f"{key}#{suffix}" in keys:
+                suffix += 1
+            node.name = key = f"{key}#{suffix}"
+            keys.add(key)
+        seen.add(key)
+
+
+def _has_tensor_type(value: onnx.ValueInfoProto) -> bool:
+    t = value.type
+    return t.HasField("tensor_type") and bool(t.tensor_type.elem_type) and t.tensor_type.HasField("shape")
+
+
+def _type_onnxruntime_ops(model: onnx.ModelProto, label: str) -> None:
+    """ONNX shape inference does not know onnxruntime's own ops (com.microsoft ...) and leaves their
+    outputs, and what follows them, untyped: type those values with onnxruntime's symbolic shape
+    inference. Left untyped if that fails too; fission then names the node it cannot type."""
+    g = model.graph
+    typed = {v.name for v in list(g.input) + list(g.value_info) + list(g.output) if _has_tensor_type(v)}
+    typed.update(i.name for i in g.initializer)
+    foreign = [n for n in g.node if not is_standard(n)]
+    if not foreign or unrunnable_nodes(foreign) or all(o in typed for n in g.node for o in n.output if o):
+        return          # nothing to type, or fission refuses the model anyway
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=False)
+    except Exception as e:   # it raises many types on ops it does not know; the driver reports what stays untyped
+        log.info("%s: onnxruntime's shape inference fails (%s: %s)", label, type(e).__name__, e)
+        return
+    known_outputs = {o.name for o in g.output}
+    for value in inferred.graph.value_info:
+        if value.name not in typed and value.name not in known_outputs and _has_tensor_type(value):
+            g.value_info.append(value)
+    for output in g.output:
+        if output.name not in typed:
+            match = next((o for o in inferred.graph.output if o.name == output.name and _has_tensor_type(o)), None)
+            if match is not None:
+                output.type.CopyFrom(match.type)
 
 
 _TYPE_NAMES = {v: k for k, v in onnx.TensorProto.DataType.items()}

@@ -15,7 +15,9 @@ import onnx
 from onnx import helper, numpy_helper
 
 from korch.candidates import Candidate
+from korch.frontend.engines import node_key
 from korch.ir.graph import OUTPUT_COPY, Graph
+from korch.ir.onnx_export import value_info
 
 
 class RegionError(ValueError):
@@ -35,15 +37,11 @@ class OnnxSource:
     weights_dir: Path | None = None
 
 
-def _node_key(node: onnx.NodeProto) -> str:
-    return node.name or node.output[0]
-
-
 def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx.ModelProto:
     wanted = set(candidate.onnx_nodes) - {OUTPUT_COPY}
     copies = [graph.nodes[i] for i in candidate.nodes if graph.nodes[i].origin == OUTPUT_COPY]
     copied = {c.output for c in copies}
-    nodes = [n for n in source.model.graph.node if _node_key(n) in wanted]
+    nodes = [n for n in source.model.graph.node if node_key(n) in wanted]
     if len(nodes) != len(wanted):
         raise RegionError(f"{len(wanted) - len(nodes)} region nodes are not in the model")
     produced = {o for n in nodes for o in n.output if o}
@@ -105,12 +103,9 @@ def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx
         copy.output[:] = [rename.get(o, o) for o in node.output]
         return copy
 
-    def info(name: str) -> onnx.ValueInfoProto:
-        t = graph.types[name]
-        return helper.make_tensor_value_info(name, t.dtype.onnx, list(t.shape))
-
-    g = helper.make_graph([renamed(n) for n in nodes] + identities, "region", [info(i) for i in candidate.inputs],
-                          [info(o) for o in candidate.outputs], initializer=new_initializers)
+    g = helper.make_graph([renamed(n) for n in nodes] + identities, "region",
+                          [value_info(i, graph.types[i]) for i in candidate.inputs],
+                          [value_info(o, graph.types[o]) for o in candidate.outputs], initializer=new_initializers)
     model = helper.make_model(g, opset_imports=list(source.model.opset_import), producer_name="korch-region")
     model.ir_version = source.model.ir_version
     return model

@@ -1,9 +1,14 @@
-"""IR invariants. `check_graph` is run after every stage in tests and before a graph leaves a stage."""
+"""IR invariants. `check_graph` is run after every stage in tests and before a graph leaves a stage.
+
+Beyond well-formedness: a value of data-dependent shape (an opaque primitive's output with unknown
+dims) is read only by opaque primitives and by output copies.
+"""
 
 from __future__ import annotations
 
-from korch.ir.graph import Graph
+from korch.ir.graph import Graph, Node
 from korch.ir.ops import OPS, IRError, infer_type
+from korch.ir.opaque import OPAQUE
 from korch.ir.types import DType
 
 
@@ -21,6 +26,8 @@ def graph_problems(graph: Graph) -> list[str]:
 
     for name in graph.inputs:
         define(name, "input")
+        if name in graph.types and not graph.types[name].is_static:
+            problems.append(f"input {name!r} has a data-dependent shape {graph.types[name]}")
     for name, array in graph.constants.items():
         define(name, "constant")
         t = graph.types.get(name)
@@ -38,6 +45,10 @@ def graph_problems(graph: Graph) -> list[str]:
                 problems.append(f"{where}: input {i!r} is not defined before use")
         if any(i not in graph.types for i in node.inputs):
             continue
+        dynamic = [i for i in node.inputs if not graph.types[i].is_static]
+        if dynamic and not _may_read_dynamic(node, graph):
+            problems.append(f"{where}: input {dynamic[0]!r} has a data-dependent shape; only opaque primitives "
+                            "(and output copies) take such values")
         try:
             expected = infer_type(node.op, [graph.types[i] for i in node.inputs], node.attrs)
         except IRError as e:
@@ -60,6 +71,13 @@ def graph_problems(graph: Graph) -> list[str]:
     if stray:
         problems.append(f"types given for undefined values: {sorted(stray)[:5]}")
     return problems
+
+
+def _may_read_dynamic(node: Node, graph: Graph) -> bool:
+    """Opaque primitives, and a reshape to the input's own type (the copy GraphBuilder.build adds)."""
+    if node.op == OPAQUE:
+        return True
+    return node.op == "reshape" and node.attrs["shape"] == graph.types[node.inputs[0]].shape
 
 
 def check_graph(graph: Graph) -> Graph:

@@ -205,14 +205,18 @@ class GraphBuilder:
         return self._constants.get(name)
 
     def emit(self, op: str, inputs: Sequence[Value | str], attrs: Mapping[str, Any] | None = None,
-             origin: str = "") -> Value:
+             origin: str = "", foldable: bool = True) -> Value:
+        """Add a primitive, or its value as a constant when its inputs are constants and `foldable`
+        (False for primitives whose value is a random draw)."""
         names = tuple(i.name if isinstance(i, Value) else i for i in inputs)
         frozen = Attrs(attrs)
         out_type = infer_type(op, [self._types[n] for n in names], frozen)
         node = Node(op, names, "", frozen, origin)
-        if self._fold is not None and all(n in self._constants for n in names):
-            folded = self._fold(node, [self._constants[n] for n in names])
-            return self.add_constant(np.asarray(folded, dtype=out_type.dtype.numpy).reshape(out_type.shape))
+        if foldable and self._fold is not None and all(n in self._constants for n in names):
+            folded = np.asarray(self._fold(node, [self._constants[n] for n in names]), dtype=out_type.dtype.numpy)
+            if not out_type.admits(folded.shape):
+                folded = folded.reshape(out_type.shape)
+            return self.add_constant(folded)
         name = self.fresh_name()
         self._nodes.append(Node(op, names, name, frozen, origin))
         self._types[name] = out_type

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from korch.ir.types import DType, TensorType
+from korch.ir.types import UNKNOWN_DIM, DType, TensorType
 
 
 class PrimClass(Enum):
@@ -21,6 +21,7 @@ class PrimClass(Enum):
     REDUCE = "reduce"          # reductions, window reductions and explicit broadcast
     LAYOUT = "layout"          # data movement, no arithmetic
     LINEAR = "linear"          # matmul and convolution: the compute-bound class
+    OPAQUE = "opaque"          # an ONNX node korch has no rule for; only an ONNX engine runs it
 
 
 class IRError(ValueError):
@@ -34,18 +35,20 @@ InferFn = Callable[[Sequence[TensorType], Mapping[str, Any]], TensorType]
 class OpSpec:
     name: str
     klass: PrimClass
-    arity: int | None          # None: one or more inputs (concat)
+    arity: int | None          # None: any number of inputs from min_inputs on (concat, opaque)
     attrs: frozenset[str]      # exactly these attributes are required
     infer: InferFn
+    min_inputs: int = 1
 
 
 OPS: dict[str, OpSpec] = {}
 
 
-def register_op(name: str, klass: PrimClass, arity: int | None, attrs: Sequence[str], infer: InferFn) -> None:
+def register_op(name: str, klass: PrimClass, arity: int | None, attrs: Sequence[str], infer: InferFn,
+                min_inputs: int = 1) -> None:
     if name in OPS:
         raise RuntimeError(f"primitive {name!r} registered twice")
-    OPS[name] = OpSpec(name, klass, arity, frozenset(attrs), infer)
+    OPS[name] = OpSpec(name, klass, arity, frozenset(attrs), infer, min_inputs)
 
 
 def op_spec(name: str) -> OpSpec:
@@ -58,8 +61,8 @@ def infer_type(op: str, inputs: Sequence[TensorType], attrs: Mapping[str, Any]) 
     spec = op_spec(op)
     if spec.arity is not None and len(inputs) != spec.arity:
         raise IRError(f"{op} takes {spec.arity} inputs, got {len(inputs)}")
-    if spec.arity is None and not inputs:
-        raise IRError(f"{op} needs at least one input")
+    if spec.arity is None and len(inputs) < spec.min_inputs:
+        raise IRError(f"{op} needs at least {spec.min_inputs} input(s)")
     if set(attrs) != spec.attrs:
         raise IRError(f"{op} takes attributes {sorted(spec.attrs)}, got {sorted(attrs)}")
     return spec.infer(inputs, attrs)
@@ -210,7 +213,9 @@ def _transpose(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> Tensor
 def _reshape(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
     (x,) = inputs
     shape = attrs["shape"]
-    if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) != x.size:
+    if not x.is_static and shape == x.shape:
+        return x           # a copy of a value of data-dependent shape (an output copy, see GraphBuilder.build)
+    if not x.is_static or any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) != x.size:
         raise IRError(f"reshape: cannot reshape {x.shape} to {shape}")
     return TensorType(shape, x.dtype)
 
@@ -334,3 +339,22 @@ register_op("matmul", PrimClass.LINEAR, 2, (), _matmul)
 register_op("conv", PrimClass.LINEAR, 2, ("strides", "pads", "dilations", "group"), _conv)
 register_op("conv_transpose", PrimClass.LINEAR, 2,
             ("strides", "pads", "dilations", "group", "output_padding"), _conv_transpose)
+
+
+# ---------------------------------------------------------------------------------------------
+# opaque: one output of an ONNX node korch cannot fission (korch/ir/opaque.py builds the attributes)
+
+OPAQUE_ATTRS = ("op_type", "domain", "index", "opsets", "node", "shape", "dtype")
+
+
+def _opaque(inputs: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    """The output type comes from ONNX shape inference; unknown dims are UNKNOWN_DIM."""
+    shape, dtype = attrs["shape"], attrs["dtype"]
+    if not isinstance(dtype, DType) or any(not isinstance(d, int) or d < UNKNOWN_DIM for d in shape):
+        raise IRError(f"opaque {attrs['op_type']}: bad output type {shape} {dtype}")
+    if attrs["index"] < 0:
+        raise IRError(f"opaque {attrs['op_type']}: negative output index {attrs['index']}")
+    return TensorType(tuple(shape), dtype)
+
+
+register_op("opaque", PrimClass.OPAQUE, None, OPAQUE_ATTRS, _opaque, min_inputs=0)

@@ -1,4 +1,8 @@
-"""Element types and static tensor types of the primitive IR."""
+"""Element types and tensor types of the primitive IR.
+
+Shapes are static, with one exception: a dim of UNKNOWN_DIM on a value an opaque primitive computes
+whose size only the data decides (NonMaxSuppression's [?, 3]). Rules never see such values.
+"""
 
 from __future__ import annotations
 
@@ -56,9 +60,13 @@ _TO_ONNX = {
 _FROM_ONNX = {v: k for k, v in _TO_ONNX.items()}
 
 
+# A dim whose size depends on the data (only on values opaque primitives compute); shown as "?".
+UNKNOWN_DIM = -1
+
+
 @dataclass(frozen=True)
 class TensorType:
-    """A tensor's static shape and element type. Every value in the IR has one."""
+    """A tensor's shape and element type. Every value in the IR has one."""
 
     shape: tuple[int, ...]
     dtype: DType
@@ -68,8 +76,19 @@ class TensorType:
         return len(self.shape)
 
     @property
+    def is_static(self) -> bool:
+        return UNKNOWN_DIM not in self.shape
+
+    @property
     def size(self) -> int:
+        if not self.is_static:
+            raise ValueError(f"{self} has a data-dependent size")
         return int(np.prod(self.shape, dtype=np.int64))
 
+    def admits(self, shape: tuple[int, ...]) -> bool:
+        """Whether an array of `shape` is a value of this type (unknown dims take any size)."""
+        return len(shape) == self.rank and all(d == UNKNOWN_DIM or d == s for d, s in zip(self.shape, shape))
+
     def __str__(self) -> str:
-        return f"{self.dtype.value}[{'x'.join(map(str, self.shape))}]"
+        dims = ("?" if d == UNKNOWN_DIM else str(d) for d in self.shape)
+        return f"{self.dtype.value}[{'x'.join(dims)}]"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from korch.backends import CompileOptions, Kernel, get_backend
-from korch.backends.reference import evaluate
+from korch.backends.reference import conform, evaluate
 from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model
 from korch.ir.graph import Graph
@@ -81,7 +81,7 @@ def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequen
         while position <= end:
             node = graph.nodes[position]
             t = graph.types[node.output]
-            env[node.output] = evaluate(node, [env[i] for i in node.inputs], t.dtype.numpy).reshape(t.shape)
+            env[node.output] = conform(evaluate(node, [env[i] for i in node.inputs], t.dtype.numpy), t)
             position += 1
             for v in node.inputs:
                 if need_until.get(v, -1) < position and v not in graph.constants and v in env:

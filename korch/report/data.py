@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from korch.candidates import Candidate
+from korch.ir.text import attrs_text
 from korch.report.alternatives import Outcome, ProfileIndex
 from korch.report.facts import PlanFacts, kernel_class
 from korch.report.layout import Layout
@@ -96,7 +97,7 @@ def _primitive(facts: PlanFacts, k: int) -> list[Any]:
     consts = [f"{v}: {facts.graph.types[v]}" for v in n.inputs if v in facts.graph.constants]
     return [n.op, n.output, str(facts.graph.types[n.output]), n.origin, n.klass.value,
             list(facts.kernels_of[k]), [v for v in n.inputs if v not in facts.graph.constants], consts,
-            repr(n.attrs)]
+            attrs_text(n)]
 
 
 def build_payload(facts: PlanFacts, layout: Layout, index: ProfileIndex | None, db_note: str) -> dict[str, Any]:

@@ -16,7 +16,9 @@ from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step, load_plan
 
 # When a kernel mixes primitive classes, its time is attributed to the costliest class it holds.
-CLASS_WEIGHT_ORDER = (PrimClass.LINEAR, PrimClass.REDUCE, PrimClass.ELEMENTWISE, PrimClass.LAYOUT)
+# Opaque ONNX nodes (an LSTM, a NonMaxSuppression) may cost anything: after linear, before the rest.
+CLASS_WEIGHT_ORDER = (PrimClass.LINEAR, PrimClass.OPAQUE, PrimClass.REDUCE, PrimClass.ELEMENTWISE,
+                      PrimClass.LAYOUT)
 
 
 @dataclass(frozen=True)

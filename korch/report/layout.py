@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from korch.ir.graph import Graph
+from korch.ir.ops import PrimClass
 
 LAYER_GAP = 58.0          # vertical distance between layers, room for the edges to bend
 NODE_HEIGHT = 24.0
@@ -75,7 +76,8 @@ def _items(graph: Graph) -> tuple[list[_Item], list[tuple[str, str, str]]]:
         sources = [where[v] for v in dict.fromkeys(node.inputs) if v in where]
         layer = 1 + max((layer for _, layer in sources), default=0)
         box = f"p{k}"
-        items.append(_Item(box, "prim", node.op, k, layer, max(_text_width(node.op), 44.0), NODE_HEIGHT))
+        label = _cut(node.attrs["op_type"]) if node.klass == PrimClass.OPAQUE else node.op   # the ONNX op it keeps
+        items.append(_Item(box, "prim", label, k, layer, max(_text_width(label), 44.0), NODE_HEIGHT))
         where[node.output] = (box, layer)
         for v in dict.fromkeys(node.inputs):
             if v in where:

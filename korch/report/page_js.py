@@ -320,7 +320,8 @@ const B = D.breakdown;
 $("per-backend").innerHTML = breakdownHtml(Object.entries(B.backend).map(([b, v]) => [b, v.ms, v.kernels + " kernels"]));
 $("per-class").innerHTML = breakdownHtml(Object.entries(B["class"]).map(([c, v]) => [c, v.ms,
   v.kernels + " kernels, " + v.primitives + " primitives"]),
-  "A kernel's time counts for the costliest class it holds (linear, then reduce, elementwise, layout).");
+  "A kernel's time counts for the costliest class it holds (linear, then opaque ONNX nodes, reduce, " +
+  "elementwise, layout).");
 $("fit").addEventListener("click", fitAll);
 $("top").addEventListener("click", fitTop);
 $("zin").addEventListener("click", () => { const r = svg.getBoundingClientRect(); zoomAt(1.4, r.width / 2, r.height / 2); });

@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 
 pytest.importorskip("torch")
@@ -22,6 +23,7 @@ from korch.backends.inductor.lowering import LOWERINGS  # noqa: E402
 from korch.backends.reference import run_graph  # noqa: E402
 from korch.ir.check import check_graph  # noqa: E402
 from korch.ir.graph import Graph, GraphBuilder, Value  # noqa: E402
+from korch.ir.opaque import OPAQUE, opaque_attrs  # noqa: E402
 from korch.ir.ops import OPS  # noqa: E402
 from korch.ir.types import DType, TensorType  # noqa: E402
 from tests.backends.test_reference import CASES  # noqa: E402
@@ -77,7 +79,8 @@ def _array(rng: np.random.Generator, shape: tuple[int, ...], kind: str, index_bo
 def all_primitives_graph(rng: np.random.Generator) -> tuple[Graph, dict[str, np.ndarray]]:
     """Every table case in one graph with one output per case. A float input whose shape an earlier
     float result has is chained to it (x + tanh(earlier), or + sigmoid for positive inputs)."""
-    cases: list[Case] = [(op, specs, attrs) for op, table in CASES.items() for specs, attrs in table] + EXTRA_CASES
+    cases: list[Case] = [(op, specs, attrs) for op, table in CASES.items() for specs, attrs in table
+                         if op != OPAQUE] + EXTRA_CASES
     builder = GraphBuilder("all_primitives")
     feeds: dict[str, np.ndarray] = {}
     latest: dict[tuple[int, ...], Value] = {}
@@ -132,13 +135,14 @@ def _run_and_compare(graph: Graph, kernel: Any, feeds: dict[str, np.ndarray], se
 
 
 def test_every_primitive_has_a_lowering() -> None:
-    assert set(LOWERINGS) == set(OPS)
+    """Except opaque: an ONNX node kept whole runs only in an ONNX engine."""
+    assert set(LOWERINGS) == set(OPS) - {OPAQUE}
 
 
 def test_all_primitives_in_one_compiled_graph(caplog: pytest.LogCaptureFixture) -> None:
     seed = int(np.random.default_rng().integers(2**31))
     graph, feeds = all_primitives_graph(np.random.default_rng(seed))
-    assert {n.op for n in graph.nodes} == set(OPS)
+    assert {n.op for n in graph.nodes} == set(OPS) - {OPAQUE}
     backend = InductorBackend()
     assert backend.supports(graph) is None
     with caplog.at_level(logging.WARNING, logger="korch.backends.inductor"):
@@ -191,6 +195,14 @@ def _one_op(op: str, inputs: list[TensorType], attrs: dict[str, Any], constant: 
     return b.build([("y", b.emit(op, args, attrs))])
 
 
+def _opaque_det() -> Graph:
+    """An ONNX node korch keeps whole (Det, from the ONNX node det_0) after a primitive Inductor runs."""
+    b = GraphBuilder("opaque")
+    x = b.emit("exp", [b.add_input("x", TensorType((2, 3, 3), DType.FLOAT32))])
+    attrs = opaque_attrs(onnx.helper.make_node("Det", ["a"], ["d"]), 0, {"": 17}, TensorType((2,), DType.FLOAT32))
+    return b.build([("y", b.emit(OPAQUE, [x], attrs, origin="det_0"))])
+
+
 UNSUPPORTED: list[tuple[Graph, str]] = [
     (_one_op("conv", [TensorType((1, 1, 3, 3, 3, 3), DType.FLOAT32), TensorType((1, 1, 2, 2, 2, 2), DType.FLOAT32)],
              {"strides": (1,) * 4, "pads": (0,) * 8, "dilations": (1,) * 4, "group": 1}), "4 spatial dims"),
@@ -202,6 +214,7 @@ UNSUPPORTED: list[tuple[Graph, str]] = [
     (_one_op("window_mean", [TensorType((1, 1, 4, 4), DType.INT32)],
              {"kernel": (2, 2), "strides": (1, 1), "dilations": (1, 1)}), "float only"),
     (_one_op("gather", [TensorType((3, 4), DType.FLOAT32)], {"axis": 1}, np.array([1, -5], np.int64)), "out of range"),
+    (_opaque_det(), "opaque ONNX node det_0 (Det): only an ONNX engine runs it"),
 ]
 
 

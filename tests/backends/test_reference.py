@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
 
 from korch.backends.reference import run_graph
 from korch.ir.check import check_graph
 from korch.ir.graph import GraphBuilder
 from korch.ir.onnx_export import to_onnx
+from korch.ir.opaque import opaque_attrs
 from korch.ir.ops import OPS, IRError
 from korch.ir.types import DType, TensorType
 from korch.verify import diff_outputs, run_onnxruntime
@@ -59,6 +61,9 @@ CASES: dict[str, list[tuple[list[tuple[tuple[int, ...], str]], dict[str, Any]]]]
                          "output_padding": (1, 0)}),
                        ([((1, 2, 5), "f"), ((2, 3, 2), "f")],
                         {"strides": (3,), "pads": (0, 0), "dilations": (2,), "group": 1, "output_padding": (0,)})],
+    # an ONNX node kept whole (Det has no fission rule): onnxruntime runs it, on both sides here
+    "opaque": [([((2, 3, 3), "f")], opaque_attrs(onnx.helper.make_node("Det", ["a"], ["d"]), 0, {"": 17},
+                                                 TensorType((2,), DType.FLOAT32)))],
 }
 
 

@@ -330,16 +330,16 @@ def test_tile_structure() -> None:
 def test_pad_wrap_mode_is_rejected() -> None:
     x = _randn(np.random.default_rng(0), (3, 4))
     with pytest.raises(UnsupportedError, match="mode='wrap'"):
-        check_op("Pad", {"x": x}, {"mode": "wrap"}, constants={"pads": _i64([1, 1, 1, 1])}, opset=19)
+        check_op("Pad", {"x": x}, {"mode": "wrap"}, constants={"pads": _i64([1, 1, 1, 1])}, opset=19, strict=True)
 
 
 def test_depth_to_space_unknown_mode_is_rejected() -> None:
     x = _randn(np.random.default_rng(0), (1, 4, 2, 2))
     with pytest.raises(UnsupportedError, match="mode='XYZ'"):
-        check_op("DepthToSpace", {"x": x}, {"blocksize": 2, "mode": "XYZ"})
+        check_op("DepthToSpace", {"x": x}, {"blocksize": 2, "mode": "XYZ"}, strict=True)
 
 
 def test_reshape_of_a_dynamic_shape_is_rejected() -> None:
     x = _randn(np.random.default_rng(0), (2, 6))
     with pytest.raises(UnsupportedError, match="Reshape's shape input must be a constant"):
-        check_op("Reshape", {"x": x, "shape": _i64([3, 4])})
+        check_op("Reshape", {"x": x, "shape": _i64([3, 4])}, strict=True)

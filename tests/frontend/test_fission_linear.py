@@ -221,4 +221,4 @@ def test_unsupported(op_type: str, inputs: dict[str, tuple[int, ...]], attrs: di
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
     with pytest.raises(UnsupportedError, match=re.escape(message)):
-        fission_graph(model)
+        fission_graph(model, strict=True)

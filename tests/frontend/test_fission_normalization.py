@@ -104,7 +104,7 @@ def test_layer_normalization_rejects_integer_stash_type() -> None:
     rng = np.random.default_rng(13)
     with pytest.raises(UnsupportedError, match="stash_type=7"):
         check_op("LayerNormalization", {"x": _normal(rng, (2, 3)), "scale": _normal(rng, (3,))},
-                 {"stash_type": TensorProto.INT64}, opset=17)
+                 {"stash_type": TensorProto.INT64}, opset=17, strict=True)
 
 
 # ---- InstanceNormalization, BatchNormalization --------------------------------------------
@@ -148,7 +148,7 @@ def test_batch_normalization_rejects_training_mode() -> None:
     rng = np.random.default_rng(22)
     with pytest.raises(UnsupportedError, match="training_mode=1"):
         check_op("BatchNormalization", {"x": _normal(rng, (2, 4, 3))}, {"training_mode": 1},
-                 constants=_batch_norm_stats(rng, 4), opset=15, num_outputs=3)
+                 constants=_batch_norm_stats(rng, 4), opset=15, num_outputs=3, strict=True)
 
 
 # ---- GroupNormalization -------------------------------------------------------------------
@@ -177,7 +177,7 @@ def test_group_normalization_rejects_groups_that_do_not_divide_channels() -> Non
     model = single_node_model("GroupNormalization", {"x": _normal(rng, (1, 6, 4))}, {"num_groups": 4},
                               constants={"scale": _normal(rng, (6,)), "bias": _normal(rng, (6,))}, opset=21)
     with pytest.raises(UnsupportedError, match="num_groups=4"):
-        fission_graph(_declare_output(model, (1, 6, 4)))
+        fission_graph(_declare_output(model, (1, 6, 4)), strict=True)
 
 
 # ---- LpNormalization, MeanVarianceNormalization -------------------------------------------
@@ -195,7 +195,7 @@ def test_lp_normalization(p: int, seed: int) -> None:
 def test_lp_normalization_rejects_other_p() -> None:
     rng = np.random.default_rng(41)
     with pytest.raises(UnsupportedError, match="p=3"):
-        check_op("LpNormalization", {"x": _normal(rng, (2, 3))}, {"p": 3}, opset=13)
+        check_op("LpNormalization", {"x": _normal(rng, (2, 3))}, {"p": 3}, opset=13, strict=True)
 
 
 @pytest.mark.parametrize("opset", [11, 13])

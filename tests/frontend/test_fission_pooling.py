@@ -154,4 +154,4 @@ def test_unsupported(op_type: str, attrs: dict[str, Any], outputs: list[str], me
         [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in outputs])
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
     with pytest.raises(UnsupportedError, match=message):
-        fission_graph(model)
+        fission_graph(model, strict=True)

@@ -32,7 +32,7 @@ def _randn(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _resize(x: np.ndarray, attrs: dict[str, Any], *, scales: list[float] | None = None,
-            sizes: list[int] | None = None, opset: int = 18, rtol: float = EXACT) -> Graph:
+            sizes: list[int] | None = None, opset: int = 18, rtol: float = EXACT, strict: bool = False) -> Graph:
     """Check one Resize node; opset 11 needs roi and scales present (empty when unused)."""
     constants: dict[str, np.ndarray] = {}
     if opset < 13:
@@ -43,7 +43,7 @@ def _resize(x: np.ndarray, attrs: dict[str, Any], *, scales: list[float] | None 
     if sizes is not None:
         constants["sizes"] = np.array(sizes, np.int64)
     return check_op("Resize", {"x": x}, attrs, constants=constants, opset=opset, rtol=rtol,
-                    input_order=["x", "roi", "scales", "sizes"])
+                    input_order=["x", "roi", "scales", "sizes"], strict=strict)
 
 
 def _random_target(rng: np.random.Generator, x: np.ndarray, axes: list[int]) -> dict[str, list]:
@@ -241,14 +241,14 @@ def test_empty_scales_with_sizes(opset: int) -> None:
 def test_unsupported_attributes_are_named(attrs: dict[str, Any], opset: int, message: str) -> None:
     x = _randn(np.random.default_rng(0), (1, 1, 4, 4))
     with pytest.raises(UnsupportedError, match=message):
-        _resize(x, attrs, sizes=[1, 1, 6, 6], opset=opset)
+        _resize(x, attrs, sizes=[1, 1, 6, 6], opset=opset, strict=True)
 
 
 def test_dynamic_scales_are_rejected() -> None:
     x = _randn(np.random.default_rng(0), (1, 1, 4, 4))
     scales = np.array([1, 1, 2, 2], np.float32)
     with pytest.raises(UnsupportedError, match="Resize's scales input must be a constant"):
-        check_op("Resize", {"x": x, "scales": scales}, opset=13, input_order=["x", "roi", "scales"])
+        check_op("Resize", {"x": x, "scales": scales}, opset=13, input_order=["x", "roi", "scales"], strict=True)
 
 
 # ---- Upsample (deprecated) -----------------------------------------------------------------------
@@ -287,4 +287,4 @@ def test_upsample_at_opset_11_is_rejected_by_the_loader() -> None:
 def test_upsample_cubic_is_rejected() -> None:
     model = _upsample_model((1, 1, 2, 2), [1.0, 1.0, 2.0, 2.0], "cubic", UPSAMPLE_OPSET)
     with pytest.raises(UnsupportedError, match="mode='cubic'"):
-        fission_graph(model)
+        fission_graph(model, strict=True)

@@ -19,6 +19,7 @@ import torch
 from korch.backends.base import Backend, CompileOptions, Kernel
 from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, Prim, unsupported_reason
 from korch.ir.graph import Graph
+from korch.ir.ops import PrimClass
 from korch.ir.types import DType
 from korch.verify import integer_input_bounds
 
@@ -122,6 +123,13 @@ class InductorBackend(Backend):
         self.device = device
 
     def supports(self, graph: Graph) -> str | None:
+        for node in graph.nodes:
+            if node.klass == PrimClass.OPAQUE:
+                return f"opaque ONNX node {node.origin} ({node.attrs['op_type']}): only an ONNX engine runs it"
+        dynamic = next((name for name, t in graph.types.items() if not t.is_static), None)
+        if dynamic is not None:
+            return (f"value {dynamic!r} has a data-dependent shape ({graph.types[dynamic]}); Inductor kernels here "
+                    "are compiled for static shapes")
         for node in graph.nodes:
             reason = unsupported_reason(node, graph)
             if reason is not None:

@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from korch.backends.reference import opaque as _opaque  # noqa: F401  (registers the opaque kernel)
 from korch.backends.reference.kernels import KERNELS
 from korch.ir.graph import Graph, Node
+from korch.ir.types import TensorType
 
 
 def evaluate(node: Node, inputs: Sequence[np.ndarray], dtype: np.dtype | None = None) -> np.ndarray:
@@ -18,6 +20,15 @@ def evaluate(node: Node, inputs: Sequence[np.ndarray], dtype: np.dtype | None = 
     if dtype is None and result.dtype == np.float64 and inputs and inputs[0].dtype == np.float32:
         dtype = np.dtype(np.float32)
     return result.astype(dtype, copy=False) if dtype is not None else result
+
+
+def conform(array: np.ndarray, t: TensorType) -> np.ndarray:
+    """`array` (already of t's dtype) in t's shape; a data-dependent shape is checked, not imposed."""
+    if t.is_static:
+        return array.reshape(t.shape)
+    if not t.admits(array.shape):
+        raise ValueError(f"a value of shape {array.shape} is not a {t}")
+    return array
 
 
 def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], intermediate: bool = False) -> dict[str, np.ndarray]:
@@ -32,7 +43,7 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], intermediate: bool 
     keep = set(graph.outputs) | set(graph.constants) | set(graph.inputs)
     for k, node in enumerate(graph.nodes):
         out_type = graph.types[node.output]
-        env[node.output] = evaluate(node, [env[i] for i in node.inputs], out_type.dtype.numpy).reshape(out_type.shape)
+        env[node.output] = conform(evaluate(node, [env[i] for i in node.inputs], out_type.dtype.numpy), out_type)
         if not intermediate:
             for i in node.inputs:
                 if last_use[i] == k and i not in keep:

@@ -140,6 +140,8 @@ def _transpose(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray
 
 @kernel("reshape")
 def _reshape(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
+    if any(d < 0 for d in attrs["shape"]):
+        return xs[0]            # a copy of a value of data-dependent shape: it keeps its own shape
     return np.reshape(xs[0], attrs["shape"])
 
 
