@@ -67,25 +67,26 @@ def cmd_fission(args: argparse.Namespace) -> int:
 
 
 class ProgressBar:
-    """Counts, rate and ETA on stderr; redrawn in place on a terminal, every 10% otherwise."""
+    """Counts, rate and ETA on stderr; redrawn in place on a terminal, every 10% otherwise. `what`
+    names the current item (the backend being profiled); a count that starts again at 1 is a new bar."""
 
     def __init__(self, label: str, enabled: bool) -> None:
         self.label, self.enabled = label, enabled
-        self.starts: dict[str, float] = {}
+        self.start = 0.0
         self.tty = sys.stderr.isatty()
         self.last_decile = -1
 
     def __call__(self, done: int, total: int, what: str) -> None:
         if not self.enabled or total == 0:
             return
-        if what not in self.starts:
-            self.starts[what] = time.perf_counter()
+        if done <= 1:
+            self.start = time.perf_counter()
             self.last_decile = -1
-        elapsed = time.perf_counter() - self.starts[what]
+        elapsed = time.perf_counter() - self.start
         eta = elapsed / done * (total - done) if done else 0.0
-        line = f"{self.label} [{what}] {done}/{total} ({100 * done // total}%) {elapsed:.0f}s elapsed, ETA {eta:.0f}s"
+        line = f"{self.label} {done}/{total} ({100 * done // total}%) {elapsed:.0f}s elapsed, ETA {eta:.0f}s [{what}]"
         if self.tty:
-            sys.stderr.write("\r" + line + ("\n" if done == total else ""))
+            sys.stderr.write("\r" + line.ljust(79) + ("\n" if done == total else ""))
         elif done * 10 // total != self.last_decile or done == total:
             self.last_decile = done * 10 // total
             sys.stderr.write(line + "\n")
@@ -156,8 +157,12 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                   f"inputs (tolerance {stats.check_tolerance:.1e})"),
         ("stages", ", ".join(f"{name} {seconds:.1f} s" for name, seconds in (
             ("load", stats.load_seconds), ("fission", stats.fission_seconds), ("candidates", stats.candidates_seconds),
-            ("profile", stats.profile_seconds), ("check", stats.check_seconds), ("optimize", stats.optimize_seconds)))),
+            ("profile", stats.profile_seconds), ("select", stats.select_seconds), ("check", stats.check_seconds),
+            ("optimize", stats.optimize_seconds)))),
     ]
+    if stats.profile_phase_seconds:
+        phases = sorted(stats.profile_phase_seconds.items(), key=lambda kv: -kv[1])
+        rows.append(("profiling", ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases)))
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
 
 

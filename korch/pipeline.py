@@ -102,6 +102,8 @@ class OptimizeStats:
     fission_seconds: float
     candidates_seconds: float
     profile_seconds: float
+    profile_phase_seconds: Mapping[str, float]   # reference, and compile/check/timing per backend
+    select_seconds: float             # measured selection: solving, compiling and timing plans
     check_seconds: float
     optimize_seconds: float
 
@@ -204,7 +206,9 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                        settings.accuracy, settings.seed, progress, onnx_source)
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)
+    t0 = time.perf_counter()
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db)
+    select_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     check = check_plan(selected.plan, selected.session, fissioned.model, settings)
     stats = OptimizeStats(
@@ -214,7 +218,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,
         check_inputs=settings.accuracy.check_inputs, load_seconds=fissioned.load_seconds,
         fission_seconds=fissioned.fission_seconds, candidates_seconds=cands.seconds, profile_seconds=profile_seconds,
-        check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)
+        profile_phase_seconds=dict(profiled.seconds), select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)
     if not check.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {check.summary()}")
     return replace(selected.plan, summary=stats.summary()), selected.session, stats

@@ -10,8 +10,9 @@ the reason and its error stored, and never chosen.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +50,9 @@ class ProfileOutcome:
     stored: int                   # pairs read from the database
     tolerance: float              # kernels within this error of the reference were accepted
     fp32_error: float | None      # onnxruntime's own error on the model, which set the tolerance
+    # Where the time went: "reference" (computing the values kernels are fed and checked against),
+    # and "<backend> compile" / "<backend> check" / "<backend> timing".
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 def accepted(record: Record, tolerance: float) -> bool:
@@ -143,13 +147,20 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
              stored_count, len(jobs), tolerance,
              f" (onnxruntime's own error {fp32_error:.2e})" if fp32_error is not None else "")
     options = CompileOptions(threads=threads)
-    for done, (job, env) in enumerate(_streamed_values(graph, feeds, jobs), start=1):
-        record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance)
+    seconds: dict[str, float] = {}
+    stream = _streamed_values(graph, feeds, jobs)
+    for done in range(1, len(jobs) + 1):
+        t0 = time.perf_counter()
+        job, env = next(stream)
+        seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
+        record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds)
         db.put(record)
         records[(job.candidate.key, job.backend)] = record
         if progress is not None:
             progress(done, len(jobs), job.backend)
-    return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error)
+    if jobs:
+        log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
+    return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds)
 
 
 def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options: CompileOptions,
@@ -163,9 +174,19 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
 
 
 def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions, threads: int,
-                 machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float) -> Record:
+                 machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float,
+                 seconds: dict[str, float] | None = None) -> Record:
     backend = get_backend(job.backend)
     cand = job.candidate
+    seconds = {} if seconds is None else seconds
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        key = f"{job.backend} {phase}"
+        seconds[key] = seconds.get(key, 0.0) + now - clock
+        clock = now
 
     def rejected(reason: str, error: float | None = None) -> Record:
         return Record.rejected(cand.key, job.backend, backend.version, threads, machine, reason, error)
@@ -180,11 +201,15 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         outputs = kernel.run(inputs)
     except Exception as e:  # a backend failing on one candidate must not stop the optimizer
         log.debug("%s failed on %s", job.backend, cand.key[:12], exc_info=True)
+        lap("compile")
         return rejected(f"compile/run failed: {type(e).__name__}: {str(e)[:200]}")
+    lap("compile")
     diffs = diff_outputs(dict(zip(cand.outputs, outputs)), {o: env[o] for o in cand.outputs})
     worst = max((d.rel for d in diffs), default=0.0)
+    lap("check")
     if not worst <= tolerance:
         return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", worst)
     timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
                      min_seconds=settings.min_seconds)
+    lap("timing")
     return Record.ok(cand.key, job.backend, backend.version, threads, machine, timing, worst)
