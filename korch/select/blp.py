@@ -68,8 +68,25 @@ class Selection:
         return 0.0 if self.cost <= 0 else max(0.0, (self.cost - self.lower_bound) / self.cost)
 
 
+def _runnable(options: Sequence[Option], free: set[str]) -> tuple[list[Option], dict[str, list[str]]]:
+    """The options every input of which is free or written by another runnable option, and for each
+    other option the inputs that nothing writes. Those can never be chosen (x_k = 0 in every feasible
+    plan): a backend profiled on regions only offers regions whose inputs no region on it writes."""
+    kept = list(options)
+    while True:
+        made = free | {t for o in kept for t in o.outputs}
+        runnable = [o for o in kept if o.inputs <= made]
+        if len(runnable) == len(kept):
+            break
+        kept = runnable
+    made = free | {t for o in kept for t in o.outputs}
+    keys = {o.key for o in kept}
+    return kept, {o.key: sorted(o.inputs - made) for o in options if o.key not in keys}
+
+
 def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
-             required: Iterable[int] = ()) -> tuple[sparse.csr_array, np.ndarray]:
+             required: Iterable[int] = (), dropped: dict[str, list[str]] | None = None,
+             ) -> tuple[sparse.csr_array, np.ndarray]:
     producers: dict[str, list[int]] = {}
     for k, opt in enumerate(options):
         for t in opt.outputs:
@@ -81,7 +98,9 @@ def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
         makers = producers.get(value)
         if not makers:
             who = f"option {options[consumer].key}" if consumer is not None else "the graph outputs"
-            raise SelectionError(f"value {value!r}, needed by {who}, is produced by no option")
+            why = "; ".join(f"{k} reads {v}" for k, v in list((dropped or {}).items())[:3])
+            raise SelectionError(f"value {value!r}, needed by {who}, is produced by no option"
+                                 + (f" (options dropped for inputs nothing writes: {why})" if why else ""))
         for k in makers:
             rows.append(r), cols.append(k), vals.append(1.0)
         if consumer is None:
@@ -120,7 +139,10 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
     """
     start = time.perf_counter()
     free = set(graph_inputs)
-    matrix, lower = _problem(options, free, graph_outputs, required)
+    options, dropped = _runnable(options, free)
+    if dropped:
+        log.info("BLP: %d options dropped, inputs nothing writes", len(dropped))
+    matrix, lower = _problem(options, free, graph_outputs, required, dropped)
     # Costs are seconds (~1e-6); scaled to microseconds so the solver's absolute tolerances mean little.
     cost = np.array([o.cost for o in options], dtype=np.float64) * COST_SCALE
     if not options:

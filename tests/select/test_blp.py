@@ -64,6 +64,17 @@ def test_unproducible_value_is_named() -> None:
         solve([Option("k", frozenset({"m"}), frozenset({"y"}), 1.0)], {"x"}, ["y"])
 
 
+def test_an_option_whose_input_nothing_writes_is_never_chosen() -> None:
+    # "chained" reads h2, which nothing writes, so "tail", reading chained's h, can never run either;
+    # both are cheap, and only "whole" computes y from x (a region-only backend leaves such holes).
+    head = Option("head", frozenset({"x"}), frozenset({"m"}), 1.0)
+    chained = Option("chained", frozenset({"h2"}), frozenset({"h"}), 0.1)
+    tail = Option("tail", frozenset({"h"}), frozenset({"y"}), 0.1)
+    whole = Option("whole", frozenset({"x"}), frozenset({"y"}), 5.0)
+    sel = solve([head, chained, tail, whole], {"x"}, ["y"])
+    assert [o.key for o in sel.chosen] == ["whole"] and sel.optimal
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_cover_cuts_keep_the_optimum_on_a_real_graph(seed: int) -> None:
     """On enumerated candidates of a real graph with random costs, the cover cuts change the bound,
