@@ -118,6 +118,8 @@ class OptimizeSettings:
 def _pool(name: str, graph: Graph, small: Sequence[Candidate], regions: Sequence[Candidate],
           settings: OptimizeSettings) -> list[Candidate]:
     """The candidates one backend is profiled on: everything, except where compiles are expensive."""
+    if name == "openvino":      # regions only: 0.05-1.5 s a compile, too slow for thousands of small candidates
+        return list(regions)
     if name != "inductor":
         return list(small) + list(regions)
     largest = sorted(regions, key=lambda c: -c.size)[: settings.inductor_region_budget]
