@@ -215,6 +215,21 @@ def test_identity_copy_outputs_are_mapped_by_position() -> None:
     assert not np.shares_memory(actual[0], x), "the copy of an input aliases the input"
 
 
+def test_an_input_nothing_reads_is_taken_and_ignored() -> None:
+    """OpenVINO drops unused inputs from the compiled model; the kernel still takes every declared one."""
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    graph = helper.make_graph(
+        [helper.make_node("Sigmoid", ["b"], ["y"])], "unused",
+        [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [5]) for name in ("a", "b")],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    kernel = get_backend("openvino").compile_onnx(model, ["a", "b"], ["y"], CompileOptions(threads=1))
+    a, b = rng.standard_normal(5).astype(F32), rng.standard_normal(5).astype(F32)
+    _assert_close(kernel.run([a, b]), [(1 / (1 + np.exp(-b.astype(np.float64)))).astype(F32)], f"unused (seed {seed})")
+
+
 def test_region_with_output_copies_from_fission_matches_reference() -> None:
     """The whole-model region of a model whose outputs repeat a value and an input: region_model
     writes them as Identity nodes."""

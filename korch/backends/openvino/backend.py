@@ -88,29 +88,32 @@ class OpenVinoKernel(Kernel):
 
     `keep`: arrays whose memory the compiled model shares (mapped weights); they live as long as it."""
 
-    def __init__(self, compiled: ov.CompiledModel, inputs: Sequence[int], outputs: Sequence[int],
+    def __init__(self, compiled: ov.CompiledModel, inputs: Sequence[int | None], outputs: Sequence[int],
                  output_dtypes: Sequence[np.dtype], keep: Sequence[np.ndarray] = ()) -> None:
         self.compiled = compiled
         self.request = compiled.create_infer_request()
-        self.inputs = tuple(inputs)           # the compiled model's input index of each input, in order
+        # (position in run's inputs, the compiled model's input index); OpenVINO drops unused inputs
+        self.feeds = tuple((k, port) for k, port in enumerate(inputs) if port is not None)
         self.outputs = tuple(outputs)         # the compiled model's output index of each output, in order
         self.output_dtypes = tuple(output_dtypes)
         self.keep = tuple(keep)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         try:
-            results = self.request.infer(dict(zip(self.inputs, inputs)), share_inputs=True).to_tuple()
+            feeds = {port: inputs[k] for k, port in self.feeds}
+            results = self.request.infer(feeds, share_inputs=True).to_tuple()
         except RuntimeError as e:
             raise _failure("run the model", e) from None
         chosen = [results[k] for k in self.outputs]
         return [y if y.dtype == dtype else y.astype(dtype) for y, dtype in zip(chosen, self.output_dtypes)]
 
 
-def _input_index(compiled: ov.CompiledModel, name: str) -> int:
+def _input_index(compiled: ov.CompiledModel, name: str) -> int | None:
+    """The compiled model's input named `name`; None if OpenVINO dropped it (nothing reads it)."""
     for k, port in enumerate(compiled.inputs):
         if name in port.get_names():
             return k
-    raise OpenVinoError(f"OpenVINO's compiled model has no input {name!r}")
+    return None
 
 
 def _output_indices(model: onnx.ModelProto, compiled: ov.CompiledModel, outputs: Sequence[str]) -> list[int]:
@@ -155,6 +158,17 @@ class OpenVinoBackend(Backend):
         dtypes = [np.dtype(helper.tensor_dtype_to_np_dtype(model.graph.output[k].type.tensor_type.elem_type))
                   for k in positions]
         return OpenVinoKernel(compiled, [_input_index(compiled, name) for name in inputs], positions, dtypes, keep)
+
+    def compile_file(self, path: str | Path, threads: int) -> tuple[OpenVinoKernel, list[str]]:
+        """A whole model compiled from its ONNX file, as OpenVINO's users compile it (korch bench's
+        peer). Returns the kernel and the names of its inputs, in the order `run` takes them."""
+        try:
+            compiled = self.core.compile_model(str(path), DEVICE, compile_config(threads))
+        except RuntimeError as e:
+            raise _failure("compile the model", e) from None
+        dtypes = [np.dtype(port.get_element_type().to_dtype()) for port in compiled.outputs]
+        kernel = OpenVinoKernel(compiled, range(len(compiled.inputs)), range(len(compiled.outputs)), dtypes)
+        return kernel, [port.get_any_name() for port in compiled.inputs]
 
     def read(self, model: onnx.ModelProto, external_dir: Path | None) -> tuple[ov.Model, list[np.ndarray]]:
         """The model in OpenVINO's form, and the mapped weight arrays it shares (see weights.py)."""
