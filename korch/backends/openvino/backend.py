@@ -19,30 +19,32 @@ would overwrite them, which the plan runtime and Session.run's callers do not ex
 fresh caller-owned arrays set as output tensors was no faster than the copy. Inputs are shared
 without a copy (`share_inputs=True`: a sync request reads them only while it runs).
 
-THREAD POOL. Measured with benchmarks/engine_handoff.py (2 threads, quiet machine, 20 rounds, one
-call of a 16x128 MLP kernel B timed after 10 warm calls and one call of a 128x384 MLP on engine A;
-µs median [p10-p90]):
+THREAD POOL. Measured with benchmarks/engine_handoff.py (2 threads, quiet machine, 20 rounds; one
+call of a 16x128 MLP kernel B timed after 10 warm calls of B and one call of a 128x384 MLP on engine
+A; µs median [p10-p90], and the ratio to B alone):
 
     PYTHONPATH=. python benchmarks/engine_handoff.py --threads 2 --rounds 20 --gaps 0,1 \
-        --engines ort-spinstop,ort-default,openvino,inductor          (and openvino-pin for openvino)
+        --engines ort-spinstop,ort-default,openvino,inductor
+    (again with openvino-pin in place of openvino: a separate run, one process each)
 
-- After a call returns, OpenVINO's pool keeps one thread spinning ~1 ms (CPU time of the process
-  while the caller sleeps: 1.08 ms by 1 ms, 1.18 by 5 ms, 1.47 by 100 ms), then parks. For
-  comparison: onnxruntime with force_spinning_stop 0.06 ms, libgomp (Inductor) 0.35 ms, onnxruntime's
-  default session ~38 ms.
+- After a call returns, OpenVINO's pool keeps one thread spinning ~1 ms, then parks (CPU time of the
+  process while the caller sleeps: 1.08 ms by 1 ms, 1.18 by 5 ms, 1.47 by 100 ms). For comparison:
+  onnxruntime with force_spinning_stop 0.06 ms, libgomp (Inductor) 0.35 ms, onnxruntime's default
+  session ~38 ms.
 - That spin takes a core from the next kernel of another engine: a spin-stopped onnxruntime kernel
-  (korch's) right after an OpenVINO call took 2243 [100-4814] against 34 [29-45] alone; it fares no
-  better after an Inductor call (2959 [138-3831]). OpenVINO after OpenVINO: 104 [65-157] against 52
-  [41-62] alone; after onnxruntime 128-150.
+  (korch's kind) right after an OpenVINO call took 2243 [100-4814], 66x its 34 [29-45] alone; no
+  better after an Inductor call, 2959 [138-3831] (87x). OpenVINO after OpenVINO: 104 [65-157], 2.0x
+  its 52 [41-62] alone; after onnxruntime 128-150 (2.4-2.9x).
 - No OpenVINO setting shortens the spin (its CPU plugin exposes no wait policy), and a short yield
-  does not pay: waiting it out costs the ~1 ms itself, and once both cores idle the next kernel wakes
-  slowly (the same onnxruntime kernel 1 ms after its own call: 2291 [93-4393]). So no yield: the
-  profiler times each kernel alone, and the measured selection (pipeline.py) prices what hand-offs
-  cost a whole plan, moving the choice toward fewer boundaries when they cost.
+  does not pay: the same kernel 1 ms after the OpenVINO call (a 1 ms yield) took 2362 [704-4626],
+  no better than right after it, since once the cores go idle the next kernel wakes slowly (1 ms
+  after a call of its own engine: 2291 [93-4393], 67x). So no yield: the profiler times each kernel
+  alone, and the measured selection (pipeline.py) prices what hand-offs cost a whole plan, moving the
+  choice toward fewer boundaries when they cost.
 - ENABLE_CPU_PINNING (OpenVINO's default under the latency hint) is off: it did not shorten the spin
-  (1.07 ms) nor the hand-off to onnxruntime (2025 [102-4189]), and a pinned worker cannot leave a
-  core another engine's thread spins on (OpenVINO right after a default onnxruntime session: 257
-  [80-5753] pinned, 128 [73-245] not).
+  (1.07 ms) nor the hand-off to onnxruntime (2025 [102-4189], 70x), and a pinned worker cannot leave
+  a core another engine's thread spins on (OpenVINO right after a default onnxruntime session: 257
+  [80-5753] pinned, 6.1x; 128 [73-245] not, 2.4x).
 """
 
 from __future__ import annotations
