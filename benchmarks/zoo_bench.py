@@ -4,9 +4,11 @@
 
 For each model and thread count, in separate processes: `korch optimize` with an empty profile
 cache and an empty Inductor code cache (cold), the same command again (warm: everything cached),
-then `korch bench --plan` (korch, onnxruntime and torch.compile interleaved in one process, peak
-memory of each in its own process). Wall time and peak RSS of each optimize come from wait4.
-Results go to DIR/results.json and the Markdown table to stdout; nothing here is typed by hand.
+then `korch bench --plan` (korch and its peers: onnxruntime with default settings, torch.compile and
+OpenVINO when installed, interleaved in one process, peak memory of each in its own process). Wall
+time and peak RSS of each optimize come from wait4. Results go to DIR/results.json (per system:
+median, p10, p90, peak RSS and error against onnxruntime) and the Markdown table to stdout; nothing
+here is typed by hand. "vs best" is the fastest peer's median over korch's.
 """
 
 from __future__ import annotations
@@ -60,24 +62,40 @@ def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
     return result
 
 
+PEERS = ("onnxruntime", "torch_compile", "openvino")
+
+
+def _ms(systems: dict, name: str, rtol: float) -> str:
+    """A system's median with its p10-p90 spread, '-' if it did not run; one whose outputs differ
+    from onnxruntime's by more than `rtol` is marked."""
+    if name not in systems:
+        return "-"
+    s = systems[name]
+    flag = " (disagrees)" if s.get("max_rel_error", 0.0) > rtol else ""
+    return f"{s['median_ms']:.2f} ({s['p10_ms']:.2f}-{s['p90_ms']:.2f}){flag}"
+
+
+def _rss(systems: dict) -> str:
+    return " / ".join(f"{systems[k]['peak_rss_mb'] or 0:.0f}" if k in systems else "-"
+                      for k in ("korch", *PEERS))
+
+
 def table(results: list[dict]) -> str:
-    head = ("| model | threads | korch ms | onnxruntime ms | torch.compile ms | vs best | max rel err | "
-            "optimize cold / warm s | optimize RSS MB | run RSS MB korch / ORT | candidates (unique) | profiled | "
-            "kernels by backend |")
+    head = ("| model | threads | korch ms (p10-p90) | onnxruntime ms | torch.compile ms | OpenVINO ms | vs best | "
+            "max rel err | optimize cold / warm s | optimize RSS MB | run RSS MB korch / ORT / torch / OV | "
+            "candidates (unique) | profiled | kernels by backend |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['threads']} | failed: {r['error'][:120]} |")
             continue
-        s = r["systems"]
-        others = [s[k]["median_ms"] for k in ("onnxruntime", "torch_compile") if k in s]
-        best = min(others)
-        tc = f"{s['torch_compile']['median_ms']:.2f}" if "torch_compile" in s else "-"
-        rss = f"{s['korch']['peak_rss_mb'] or 0:.0f} / {s['onnxruntime']['peak_rss_mb'] or 0:.0f}"
+        s, rtol = r["systems"], r.get("peer_rtol", 1e-4)
+        best = min(s[k]["median_ms"] for k in PEERS if k in s)
         lines.append(
-            f"| {r['model']} | {r['threads']} | {s['korch']['median_ms']:.2f} | {s['onnxruntime']['median_ms']:.2f} | "
-            f"{tc} | {best / s['korch']['median_ms']:.2f}x | {r['max_rel_error']:.1e} | "
-            f"{r['cold_optimize_s']:.0f} / {r['warm_optimize_s']:.1f} | {r['optimize_peak_rss_mb']:.0f} | {rss} | "
+            f"| {r['model']} | {r['threads']} | {' | '.join(_ms(s, k, rtol) for k in ('korch', *PEERS))} | "
+            f"{best / s['korch']['median_ms']:.2f}x | "
+            f"{r['max_rel_error']:.1e} | "
+            f"{r['cold_optimize_s']:.0f} / {r['warm_optimize_s']:.1f} | {r['optimize_peak_rss_mb']:.0f} | {_rss(s)} | "
             f"{r['candidates']} ({r['unique_candidates']}) | {r['profiled']} | "
             f"{', '.join(f'{k} {v}' for k, v in sorted(r['kernels_by_backend'].items()))} |")
     return "\n".join(lines)

@@ -27,11 +27,12 @@ ModelSpec = str | os.PathLike | onnx.ModelProto
 
 
 def default_backends() -> tuple[str, ...]:
-    """Every registered kernel provider that is chosen for speed: onnxruntime, and inductor when torch
-    is installed (the reference backend defines semantics and is never chosen)."""
+    """Every registered kernel provider that is chosen for speed: onnxruntime, inductor when torch is
+    installed, openvino when openvino is installed (the reference backend defines semantics and is
+    never chosen)."""
     from korch.backends import backend_names
 
-    return tuple(b for b in ("onnxruntime", "inductor") if b in backend_names())
+    return tuple(b for b in ("onnxruntime", "inductor", "openvino") if b in backend_names())
 
 
 def check_backends(names: Sequence[str]) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
     python -m korch.bench_rss korch PLAN_DIR THREADS
     python -m korch.bench_rss onnxruntime MODEL.onnx THREADS
     python -m korch.bench_rss torch_compile ZOO_NAME THREADS
+    python -m korch.bench_rss openvino MODEL.onnx THREADS
 """
 
 from __future__ import annotations
@@ -33,7 +34,16 @@ def main(system: str, target: str, threads: int) -> None:
                   "tensor(bool)": np.bool_, "tensor(double)": np.float64}
         feeds = {i.name: np.zeros(i.shape, dtypes[i.type]) for i in session.get_inputs()}
         fn = lambda: session.run(None, feeds)  # noqa: E731
-    else:
+    elif system == "openvino":
+        import numpy as np
+
+        from korch.backends.openvino import OpenVinoBackend
+
+        kernel, _ = OpenVinoBackend().compile_file(target, threads)      # from the file, like the bench's peer
+        ports = kernel.compiled.inputs
+        args = [np.zeros(tuple(port.get_shape()), port.get_element_type().to_dtype()) for port in ports]
+        fn = lambda: kernel.run(args)  # noqa: E731
+    elif system == "torch_compile":
         import torch
 
         from korch import zoo
@@ -45,6 +55,8 @@ def main(system: str, target: str, threads: int) -> None:
         def fn() -> object:
             with torch.no_grad():
                 return module(*args)
+    else:
+        raise SystemExit(f"unknown system {system!r}")
     for _ in range(RUNS):
         fn()
     print(peak_rss_mb())

@@ -301,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     def orchestration_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument("--threads", type=int, default=1, help="threads per kernel (default 1)")
         p.add_argument("--backends", help="kernel providers to choose from, comma-separated (default: "
-                                          "onnxruntime, and inductor when torch is installed)")
+                                          "onnxruntime, inductor when torch is installed, openvino when "
+                                          "openvino is installed)")
         p.add_argument("--cache", metavar="DIR", help="profile database directory (default: the user cache dir)")
 
     p = sub.add_parser("optimize", help="choose the fastest kernels for a model and save the plan")
@@ -319,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(run=cmd_run)
 
-    p = sub.add_parser("bench", help="korch vs onnxruntime vs torch.compile, side by side")
+    p = sub.add_parser("bench", help="korch vs onnxruntime (default settings), torch.compile and OpenVINO "
+                                     "(when installed), side by side")
     p.add_argument("model", help="an .onnx file or a zoo model name")
     p.add_argument("--plan", metavar="PLAN_DIR", help="a saved plan (default: optimize now, using the cache)")
     p.add_argument("--json", metavar="OUT.json")

@@ -146,12 +146,15 @@ def require_onnx_engine(graph: Graph, backends: Sequence[str]) -> None:
 
 
 def profile_pools(graph: Graph, cands: CandidateSet, settings: OptimizeSettings) -> dict[str, list[Candidate]]:
-    """The candidates each backend is profiled on: everything, except where compiles are expensive."""
+    """The candidates each backend is profiled on: everything, except where compiles are expensive
+    (Inductor: a budget) or an engine is at its best on large pieces (OpenVINO: regions only)."""
     pools = {}
     for name in settings.backends:
         if name == "inductor":
             largest = sorted(cands.regions, key=lambda c: -c.size)[: settings.profile.inductor_region_budget]
             pools[name] = worth_profiling(graph, cands.small, settings.profile.inductor_budget) + largest
+        elif name == "openvino":
+            pools[name] = list(cands.regions)
         else:
             pools[name] = list(cands.all)
     return pools

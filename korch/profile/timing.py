@@ -30,9 +30,11 @@ MAX_RUNS = 10_000
 # long per system, so microsecond models are not timer noise.
 MIN_ROUND_SECONDS = 0.002
 # Untimed pause before each system's turn, so the previous system's spinning threads have parked
-# (onnxruntime's and libgomp's pools busy-wait after a call; measured on candy, without a pause
-# torch.compile read 72 ms interleaved against 43 ms alone).
-SETTLE_SECONDS = 0.02
+# (measured on candy, without a pause torch.compile read 72 ms interleaved against 43 ms alone). After
+# a call, onnxruntime's default session keeps a thread spinning ~38 ms, OpenVINO ~1 ms, libgomp and a
+# spin-stopped onnxruntime under 0.4 ms (benchmarks/engine_handoff.py, spin tail, 2 threads): the
+# pause outlasts the longest with half of it to spare.
+SETTLE_SECONDS = 0.06
 # Untimed calls after the pause: the first call after idling runs cold (2-3x slower on a 5 ms model).
 TURN_WARMUP = 1
 

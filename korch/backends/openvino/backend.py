@@ -1,0 +1,210 @@
+"""The OpenVINO backend: a region of original ONNX nodes, or a candidate's primitives, on OpenVINO's CPU plugin.
+
+OpenVINO reads ONNX itself, so like onnxruntime it takes regions as their original nodes (its own
+fusions and blocked layouts stay available) and a primitive graph through korch's ONNX export.
+
+Settings (`COMPILE_CONFIG`): the latency hint with one stream and `threads` inference threads (one
+inference at a time on all of a kernel's threads, as korch runs kernels one after another), and f32
+inference precision (the plugin would pick bf16 on AMX machines; every korch kernel is fp32).
+
+What the CPU plugin computes differently from ONNX (read from its results, 2026.4.1): float64 in
+float32, int64 arithmetic in int32 (2**40 * 3 gives 0), 8-bit integer arithmetic saturating instead
+of wrapping. `supports` refuses graphs that compute in float64 or 8-bit integers; int64 is accepted,
+since models pass token ids and indices in it, and values past int32 would wrap.
+
+Outputs are arrays the caller owns (`share_outputs=False`: OpenVINO copies them out of the request).
+Returning views of the request's buffers would save the copy (measured, 2 threads: +0.03 ms on a
+0.13 ms kernel with a 0.4 MB output, +0.4 ms on a 12 ms kernel with an 11 MB one), but the next call
+would overwrite them, which the plan runtime and Session.run's callers do not expect; writing into
+fresh caller-owned arrays set as output tensors was no faster than the copy. Inputs are shared
+without a copy (`share_inputs=True`: a sync request reads them only while it runs).
+
+THREAD POOL. Measured with benchmarks/engine_handoff.py (2 threads, quiet machine, 20 rounds; one
+call of a 16x128 MLP kernel B timed after 10 warm calls of B and one call of a 128x384 MLP on engine
+A; µs median [p10-p90], and the ratio to B alone):
+
+    PYTHONPATH=. python benchmarks/engine_handoff.py --threads 2 --rounds 20 --gaps 0,1 \
+        --engines ort-spinstop,ort-default,openvino,inductor
+    (again with openvino-pin in place of openvino: a separate run, one process each)
+
+- After a call returns, OpenVINO's pool keeps one thread spinning ~1 ms, then parks (CPU time of the
+  process while the caller sleeps: 1.08 ms by 1 ms, 1.18 by 5 ms, 1.47 by 100 ms). For comparison:
+  onnxruntime with force_spinning_stop 0.06 ms, libgomp (Inductor) 0.35 ms, onnxruntime's default
+  session ~38 ms.
+- That spin takes a core from the next kernel of another engine: a spin-stopped onnxruntime kernel
+  (korch's kind) right after an OpenVINO call took 2243 [100-4814], 66x its 34 [29-45] alone; no
+  better after an Inductor call, 2959 [138-3831] (87x). OpenVINO after OpenVINO: 104 [65-157], 2.0x
+  its 52 [41-62] alone; after onnxruntime 128-150 (2.4-2.9x).
+- No OpenVINO setting shortens the spin (its CPU plugin exposes no wait policy), and a short yield
+  does not pay: the same kernel 1 ms after the OpenVINO call (a 1 ms yield) took 2362 [704-4626],
+  no better than right after it, since once the cores go idle the next kernel wakes slowly (1 ms
+  after a call of its own engine: 2291 [93-4393], 67x). So no yield: the profiler times each kernel
+  alone, and the measured selection (pipeline.py) prices what hand-offs cost a whole plan, moving the
+  choice toward fewer boundaries when they cost.
+- ENABLE_CPU_PINNING (OpenVINO's default under the latency hint) is off: it did not shorten the spin
+  (1.07 ms) nor the hand-off to onnxruntime (2025 [102-4189], 70x), and a pinned worker cannot leave
+  a core another engine's thread spins on (OpenVINO right after a default onnxruntime session: 257
+  [80-5753] pinned, 6.1x; 128 [73-245] not, 2.4x).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import openvino as ov
+from onnx import helper
+
+from korch.backends.base import Backend, CompileOptions, Kernel
+from korch.backends.openvino.weights import bind_constants, detach_external, external_initializers
+from korch.ir.graph import Graph
+from korch.ir.onnx_export import to_onnx
+from korch.ir.ops import PrimClass
+from korch.ir.types import DType
+
+log = logging.getLogger("korch.backends.openvino")
+
+DEVICE = "CPU"
+# Pinning OpenVINO's worker threads: see THREAD POOL in the module docstring for the measurement.
+CPU_PINNING = False
+# One request at a time on all threads (korch runs its kernels one after another), in fp32.
+COMPILE_CONFIG = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",
+                  "ENABLE_CPU_PINNING": CPU_PINNING}
+# Part of profile keys: the library and the settings above that change timings.
+VERSION = f"openvino-{ov.__version__.split('-releases')[0]}-latency-f32-pin{int(CPU_PINNING)}"
+# The CPU plugin computes these in another precision (see the module docstring).
+WIDENED_TYPES = {DType.FLOAT64: "float64 is computed in float32",
+                 DType.INT8: "8-bit integer arithmetic saturates instead of wrapping",
+                 DType.UINT8: "8-bit integer arithmetic saturates instead of wrapping"}
+# What OpenVINO's messages wrap around the cause (the profiler keeps a reason's first 200 characters).
+_NOISE = tuple(re.compile(pattern) for pattern in (
+    r"Exception from \S+:\d+:",                                   # the source line of each layer passed through
+    r"Check '.*?' failed at \S+:\d+:",                            # the internal check that fired
+    r"While validating node '.*?' with friendly_name '[^']*':",   # the internal node it fired on
+    r"FrontEnd API failed with OpConversionFailure: Model wasn't fully converted\. Failed operations "
+    r"detailed log: --",                                         # the ONNX reader's preamble,
+    r"with a message:",
+    r"Summary: -- Conversion is failed for: .*$",                 # and its summary of the failed ops
+))
+
+
+class OpenVinoError(RuntimeError):
+    """OpenVINO could not read, compile or run a model: its message without the source-line trail."""
+
+
+def _failure(action: str, error: Exception) -> OpenVinoError:
+    message = " ".join(str(error).split())
+    for pattern in _NOISE:
+        message = pattern.sub(" ", message)
+    message = " ".join(message.split())
+    return OpenVinoError(f"OpenVINO cannot {action}: {message or type(error).__name__}")
+
+
+def compile_config(threads: int) -> dict[str, object]:
+    return {**COMPILE_CONFIG, "INFERENCE_NUM_THREADS": threads}
+
+
+class OpenVinoKernel(Kernel):
+    """One compiled model and one infer request, reused for every call.
+
+    `keep`: arrays whose memory the compiled model shares (mapped weights); they live as long as it."""
+
+    def __init__(self, compiled: ov.CompiledModel, inputs: Sequence[int | None], outputs: Sequence[int],
+                 output_dtypes: Sequence[np.dtype], keep: Sequence[np.ndarray] = ()) -> None:
+        self.compiled = compiled
+        self.request = compiled.create_infer_request()
+        # (position in run's inputs, the compiled model's input index); OpenVINO drops unused inputs
+        self.feeds = tuple((k, port) for k, port in enumerate(inputs) if port is not None)
+        self.outputs = tuple(outputs)         # the compiled model's output index of each output, in order
+        self.output_dtypes = tuple(output_dtypes)
+        self.keep = tuple(keep)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        try:
+            feeds = {port: inputs[k] for k, port in self.feeds}
+            results = self.request.infer(feeds, share_inputs=True).to_tuple()
+        except RuntimeError as e:
+            raise _failure("run the model", e) from None
+        chosen = [results[k] for k in self.outputs]
+        return [y if y.dtype == dtype else y.astype(dtype) for y, dtype in zip(chosen, self.output_dtypes)]
+
+
+def _input_index(compiled: ov.CompiledModel, name: str) -> int | None:
+    """The compiled model's input named `name`; None if OpenVINO dropped it (nothing reads it)."""
+    for k, port in enumerate(compiled.inputs):
+        if name in port.get_names():
+            return k
+    return None
+
+
+def _output_indices(model: onnx.ModelProto, compiled: ov.CompiledModel, outputs: Sequence[str]) -> list[int]:
+    """Outputs by their position among the model's declared outputs, not by name: OpenVINO may give an
+    Identity's output the names of the value it copies, or the other way round."""
+    declared = [o.name for o in model.graph.output]
+    if len(compiled.outputs) != len(declared):
+        raise OpenVinoError(f"OpenVINO compiled {len(compiled.outputs)} outputs; the model declares {len(declared)}")
+    missing = [name for name in outputs if name not in declared]
+    if missing:
+        raise OpenVinoError(f"outputs {missing} are not outputs of the model")
+    return [declared.index(name) for name in outputs]
+
+
+class OpenVinoBackend(Backend):
+    name = "openvino"
+    version = VERSION
+    accepts_onnx = True
+
+    def __init__(self) -> None:
+        self.core = ov.Core()       # one Core per process: each one loads the plugins again
+
+    def supports(self, graph: Graph) -> str | None:
+        for node in graph.nodes:
+            dtype = graph.types[node.output].dtype
+            if dtype == DType.FLOAT64 or (dtype in WIDENED_TYPES and node.klass != PrimClass.LAYOUT):
+                return f"{node.op} computes {dtype.value}: in OpenVINO's CPU plugin {WIDENED_TYPES[dtype]}"
+        return None
+
+    def compile(self, graph: Graph, options: CompileOptions) -> Kernel:
+        return self.compile_onnx(to_onnx(graph), graph.inputs, graph.outputs, options)
+
+    def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
+                     options: CompileOptions, external_dir: Path | None = None) -> Kernel:
+        """Compile an ONNX model (a region's original nodes, or a whole model) for `threads` threads."""
+        ov_model, keep = self.read(model, external_dir)
+        try:
+            compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
+        except RuntimeError as e:
+            raise _failure("compile the model", e) from None
+        positions = _output_indices(model, compiled, outputs)
+        dtypes = [np.dtype(helper.tensor_dtype_to_np_dtype(model.graph.output[k].type.tensor_type.elem_type))
+                  for k in positions]
+        return OpenVinoKernel(compiled, [_input_index(compiled, name) for name in inputs], positions, dtypes, keep)
+
+    def compile_file(self, path: str | Path, threads: int) -> tuple[OpenVinoKernel, list[str]]:
+        """A whole model compiled from its ONNX file, as OpenVINO's users compile it (korch bench's
+        peer). Returns the kernel and the names of its inputs, in the order `run` takes them."""
+        try:
+            compiled = self.core.compile_model(str(path), DEVICE, compile_config(threads))
+        except RuntimeError as e:
+            raise _failure("compile the model", e) from None
+        dtypes = [np.dtype(port.get_element_type().to_dtype()) for port in compiled.outputs]
+        kernel = OpenVinoKernel(compiled, range(len(compiled.inputs)), range(len(compiled.outputs)), dtypes)
+        return kernel, [port.get_any_name() for port in compiled.inputs]
+
+    def read(self, model: onnx.ModelProto, external_dir: Path | None) -> tuple[ov.Model, list[np.ndarray]]:
+        """The model in OpenVINO's form, and the mapped weight arrays it shares (see weights.py)."""
+        arrays: dict[str, np.ndarray] = {}
+        if external_initializers(model):
+            if external_dir is None:
+                raise OpenVinoError("the model has EXTERNAL initializers but no directory to read them from")
+            model, arrays = detach_external(model, external_dir)
+        try:
+            ov_model = self.core.read_model(model.SerializeToString())
+            bind_constants(ov_model, arrays)
+        except RuntimeError as e:
+            raise _failure("read the model", e) from None
+        return ov_model, list(arrays.values())
