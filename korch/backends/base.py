@@ -35,6 +35,9 @@ class Kernel(ABC):
 @dataclass(frozen=True)
 class CompileOptions:
     threads: int = 1
+    # The kernel is its plan's only one (one engine running the whole model): nothing runs between its
+    # calls, so a thread pool may keep spinning after a call and find its threads awake on the next.
+    runs_alone: bool = False
 
 
 class Backend(ABC):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -195,6 +195,8 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     reason = backend.supports(sub)
     if reason is not None:
         return rejected(f"unsupported: {reason}")
+    if cand.size == len(graph.nodes):        # the whole model: as a plan of one kernel runs it
+        options = replace(options, runs_alone=True)
     try:
         kernel = compile_candidate(graph, cand, job.backend, options, source)
         inputs = [np.asarray(env[i], order="C") for i in cand.inputs]   # (ascontiguousarray makes 0-d 1-d)

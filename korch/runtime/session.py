@@ -38,7 +38,8 @@ class _Op:
 
 def compile_step(plan: Plan, step: Step) -> Kernel:
     candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes)
-    return compile_candidate(plan.graph, candidate, step.backend, CompileOptions(threads=plan.threads), plan.source)
+    options = CompileOptions(threads=plan.threads, runs_alone=len(plan.steps) == 1)
+    return compile_candidate(plan.graph, candidate, step.backend, options, plan.source)
 
 
 def compile_plan(plan: Plan) -> Session:

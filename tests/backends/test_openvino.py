@@ -278,9 +278,9 @@ def test_a_model_openvino_cannot_compile_is_a_rejection_with_its_reason(tmp_path
         get_backend("openvino").compile(graph, CompileOptions(threads=1))
     whole = Candidate(tuple(range(len(graph.nodes))), graph.inputs, graph.outputs, "conv6d")
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
-        records, measured = profile(graph, [whole], ["openvino"], db, 1, machine_fingerprint())
-    record = records[("conv6d", "openvino")]
-    assert measured == 1 and record.status == Status.REJECTED
+        outcome = profile(graph, {"openvino": [whole]}, db, 1, machine_fingerprint())
+    record = outcome.records[("conv6d", "openvino")]
+    assert outcome.measured == 1 and record.status == Status.REJECTED
     assert "OpenVINO cannot read the model" in record.reason and "Expected a 3D, 4D or 5D tensor" in record.reason
     assert "src/" not in record.reason, "source-file trail left in the reason"
 

@@ -20,6 +20,10 @@ def make_session(model: onnx.ModelProto | str, threads: int, stop_spinning: bool
     other kernels: the pool spins during a run (fast hand-off between its ops) but parks when run()
     returns. A pool left spinning keeps both cores busy and slowed candy's 9-kernel plan from 60 ms
     to 136 ms; no spinning at all slowed its large regions ~2x (each op then waits for a wake-up).
+    A kernel that runs alone (`CompileOptions.runs_alone`: one engine running the whole model) keeps
+    spinning, as onnxruntime's default session does: parked after every call, yolox-nano's whole-model
+    session read 5.2 ms in one measurement and 13.6 ms in another back to back (p90 ~3x the median)
+    where the default session read 5.1 ms (2 threads, 2026-11-23).
 
     `external_dir`: the directory the model's EXTERNAL initializers are relative to (a saved plan's
     weights file). onnxruntime maps them itself: bert-base's whole-model session peaks at 440 MB
@@ -49,7 +53,8 @@ class OnnxRuntimeKernel(Kernel):
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
-    version = "onnxruntime-" + ort.__version__ + "-spinstop"   # session settings that change timings
+    # Session settings that change timings: pools park after a call, except a kernel that runs alone.
+    version = "onnxruntime-" + ort.__version__ + "-spinstop-alone-spins"
     accepts_onnx = True
 
     def supports(self, graph: Graph) -> str | None:
@@ -61,5 +66,5 @@ class OnnxRuntimeBackend(Backend):
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
                      options: CompileOptions, external_dir: Path | None = None) -> Kernel:
         """Compile an ONNX model directly (e.g. the original ONNX nodes of a region)."""
-        session = make_session(model, options.threads, stop_spinning=True, external_dir=external_dir)
+        session = make_session(model, options.threads, stop_spinning=not options.runs_alone, external_dir=external_dir)
         return OnnxRuntimeKernel(session, inputs, outputs)
