@@ -23,7 +23,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-FULL = ["candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "bert-base", "vit-b16"]
+FULL = ["candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "bert-base", "vit-b16", "gpt2-small"]
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:

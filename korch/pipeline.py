@@ -141,7 +141,7 @@ def require_onnx_engine(graph: Graph, backends: Sequence[str]) -> None:
     opaque = dict.fromkeys(f"{n.origin} ({n.attrs['op_type']})" for n in graph.nodes if n.klass == PrimClass.OPAQUE)
     if opaque and not any(get_backend(b).accepts_onnx for b in backends):
         raise UnsupportedError(f"{len(opaque)} ONNX node(s) korch keeps whole run only in an ONNX engine "
-                               f"(onnxruntime), which is not among the backends {list(backends)}: "
+                               f"(onnxruntime or openvino), which is not among the backends {list(backends)}: "
                                + ", ".join(opaque))
 
 
