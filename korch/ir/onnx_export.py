@@ -89,7 +89,9 @@ def _cast(e: _Emitter, n: Node, g: Graph) -> None:
 @_lowers(*_REDUCE)
 def _reduce(e: _Emitter, n: Node, g: Graph) -> None:
     op_type, axes, keepdims = _REDUCE[n.op], list(n.attrs["axes"]), int(n.attrs["keepdims"])
-    if e.opset >= AXES_INPUT_OPSET[op_type]:
+    if not axes:        # a reduction over no axis is the identity; an ONNX Reduce* without axes reduces all
+        e.add(n, "Identity", [n.inputs[0]])
+    elif e.opset >= AXES_INPUT_OPSET[op_type]:
         e.add(n, op_type, [n.inputs[0], e.const(n, "axes", axes)], keepdims=keepdims)
     else:
         e.add(n, op_type, [n.inputs[0]], axes=axes, keepdims=keepdims)

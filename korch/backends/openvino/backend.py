@@ -31,16 +31,16 @@ A; µs median [p10-p90], and the ratio to B alone):
   process while the caller sleeps: 1.08 ms by 1 ms, 1.18 by 5 ms, 1.47 by 100 ms). For comparison:
   onnxruntime with force_spinning_stop 0.06 ms, libgomp (Inductor) 0.35 ms, onnxruntime's default
   session ~38 ms.
-- That spin takes a core from the next kernel of another engine: a spin-stopped onnxruntime kernel
-  (korch's kind) right after an OpenVINO call took 2243 [100-4814], 66x its 34 [29-45] alone; no
-  better after an Inductor call, 2959 [138-3831] (87x). OpenVINO after OpenVINO: 104 [65-157], 2.0x
+- The next kernel of another engine is slow right after an OpenVINO call: a spin-stopped onnxruntime
+  kernel (korch's kind) took 2243 [100-4814], 66x its 34 [29-45] alone; but no better after an
+  Inductor call, 2959 [138-3831] (87x), 1 ms after the OpenVINO call, 2362 [704-4626], or 1 ms after
+  a call of its own engine, 2291 [93-4393] (67x). So the cost is mostly the next kernel's own pool
+  waking from sleep on this VM, not OpenVINO's 1 ms spin; OpenVINO after OpenVINO: 104 [65-157], 2.0x
   its 52 [41-62] alone; after onnxruntime 128-150 (2.4-2.9x).
 - No OpenVINO setting shortens the spin (its CPU plugin exposes no wait policy), and a short yield
-  does not pay: the same kernel 1 ms after the OpenVINO call (a 1 ms yield) took 2362 [704-4626],
-  no better than right after it, since once the cores go idle the next kernel wakes slowly (1 ms
-  after a call of its own engine: 2291 [93-4393], 67x). So no yield: the profiler times each kernel
-  alone, and the measured selection (pipeline.py) prices what hand-offs cost a whole plan, moving the
-  choice toward fewer boundaries when they cost.
+  does not pay (above). So no yield: the profiler times each kernel alone, and measured selection
+  (korch/select/measured.py) prices what hand-offs cost a whole plan. Pools that wake slowly at
+  every kernel boundary are the boundary cost that one shared runtime environment per plan must fix.
 - ENABLE_CPU_PINNING (OpenVINO's default under the latency hint) is off: it did not shorten the spin
   (1.07 ms) nor the hand-off to onnxruntime (2025 [102-4189], 70x), and a pinned worker cannot leave
   a core another engine's thread spins on (OpenVINO right after a default onnxruntime session: 257
