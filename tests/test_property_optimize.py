@@ -552,19 +552,10 @@ FEED_SEED = 12345           # not the optimizer's own seeds (0, 1, 2)
 INDUCTOR_DISCOUNT = 0.01
 
 
-@pytest.fixture(scope="module", autouse=True)
-def fast_profiling():
-    """Timings do not matter for correctness: profile each kernel a handful of times."""
-    patch = pytest.MonkeyPatch()
-    patch.setattr(profiler, "PROFILE_WARMUP", 1)
-    patch.setattr(profiler, "PROFILE_REPEATS", 2)
-    patch.setattr(profiler, "PROFILE_MIN_SECONDS", 0.0)
-    patch.setattr(pipeline, "PLAN_WARMUP", 1)
-    patch.setattr(pipeline, "PLAN_REPEATS", 2)
-    patch.setattr(pipeline, "PLAN_MIN_SECONDS", 0.0)
-    patch.setattr(pipeline, "DUEL_ROUNDS", 2)          # exercised (a plan may switch to the whole model), cheaply
-    yield
-    patch.undo()
+# Timings do not matter for correctness: profile each kernel a handful of times; the side-by-side
+# comparison is exercised (a plan may switch to the whole model), cheaply.
+FAST_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0)
+FAST_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=2)
 
 
 @pytest.fixture(scope="module")
@@ -602,13 +593,15 @@ def check_optimized(seed: int, db: ProfileDB, settings: OptimizeSettings):
 
 @pytest.mark.parametrize("seed", PRIMITIVE_SEEDS)
 def test_plan_of_primitive_kernels_matches_onnxruntime(seed: int, db: ProfileDB) -> None:
-    plan = check_optimized(seed, db, OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None))
+    plan = check_optimized(seed, db, OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None,
+                                                      profile=FAST_PROFILE, selection=FAST_SELECTION))
     assert all(not s.onnx_nodes for s in plan.steps)
 
 
 @pytest.mark.parametrize("seed", REGION_SEEDS)
 def test_plan_with_regions_matches_onnxruntime(seed: int, db: ProfileDB) -> None:
-    check_optimized(seed, db, OptimizeSettings(threads=1, backends=("onnxruntime",), regions=RegionLimits()))
+    check_optimized(seed, db, OptimizeSettings(threads=1, backends=("onnxruntime",), regions=RegionLimits(),
+                                               profile=FAST_PROFILE, selection=FAST_SELECTION))
 
 
 @pytest.fixture
@@ -640,8 +633,8 @@ def test_plan_with_inductor_kernels_matches_onnxruntime(seed: int, inductor_wins
     # odd seeds: only small Inductor candidates and no onnxruntime regions (a whole-graph onnxruntime
     # region would beat a mix), so plans mix Inductor and onnxruntime kernels.
     settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"),
-                                profile=ProfileSettings(inductor_budget=4, inductor_region_budget=1 - seed % 2),
-                                selection=SelectionSettings(max_rounds=1, duel_rounds=0),
+                                profile=replace(FAST_PROFILE, inductor_budget=4, inductor_region_budget=1 - seed % 2),
+                                selection=replace(FAST_SELECTION, max_rounds=1, duel_rounds=0),
                                 regions=None if seed % 2 else RegionLimits())
     # its own cache: discounted Inductor records must not leak into other tests' plans
     with ProfileDB(tmp_path_factory.mktemp("inductor-cache") / "profiles.sqlite") as db:

@@ -112,3 +112,17 @@ def test_bad_attributes_are_rejected_with_reason() -> None:
         builder.emit("add", [x, builder.add_input("z", TensorType((4,), DType.FLOAT32))])
     with pytest.raises(IRError, match="attributes"):
         builder.emit("relu", [x], {"alpha": 1.0})
+
+
+def test_run_graph_frees_a_value_read_twice_by_its_last_reader() -> None:
+    """y = (x + 1) * (x + 1): the product is the last reader of x + 1, and reads it twice."""
+    from korch.ir.graph import GraphBuilder
+    from korch.ir.types import DType, TensorType
+
+    b = GraphBuilder("square")
+    x = b.add_input("x", TensorType((4,), DType.FLOAT32))
+    one = b.add_constant(np.ones(4, np.float32))
+    t = b.emit("add", [x, one])
+    graph = b.build([("y", b.emit("mul", [t, t]))])
+    xs = np.random.default_rng().standard_normal(4).astype(np.float32)
+    np.testing.assert_allclose(run_graph(graph, {"x": xs})["y"], (xs + 1) ** 2, rtol=1e-6)

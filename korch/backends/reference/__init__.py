@@ -45,7 +45,7 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], intermediate: bool 
         out_type = graph.types[node.output]
         env[node.output] = conform(evaluate(node, [env[i] for i in node.inputs], out_type.dtype.numpy), out_type)
         if not intermediate:
-            for i in node.inputs:
+            for i in dict.fromkeys(node.inputs):        # x * x reads x twice: free it once
                 if last_use[i] == k and i not in keep:
                     del env[i]
     if intermediate:
