@@ -26,6 +26,7 @@ from korch.ir.graph import Graph, GraphBuilder, Value  # noqa: E402
 from korch.ir.opaque import OPAQUE, opaque_attrs  # noqa: E402
 from korch.ir.ops import OPS  # noqa: E402
 from korch.ir.types import DType, TensorType  # noqa: E402
+from tests.backends.graphs import conv_bias_relu, mlp_gelu
 from tests.backends.test_reference import CASES  # noqa: E402
 
 # Max |inductor - reference| over max |reference|, per float output; integer and bool outputs must be equal.
@@ -153,28 +154,7 @@ def test_all_primitives_in_one_compiled_graph(caplog: pytest.LogCaptureFixture) 
     _run_and_compare(graph, kernel, fresh, seed + 1)
 
 
-def _mlp_gelu(rng: np.random.Generator) -> Graph:
-    """matmul with a constant weight, bias add, erf GELU: 0.5 * x * (1 + erf(x / sqrt 2))."""
-    b = GraphBuilder("mlp_gelu")
-    x = b.add_input("x", TensorType((8, 32), DType.FLOAT32))
-    h = b.emit("add", [b.emit("matmul", [x, b.add_constant(rng.standard_normal((32, 64)).astype(F32))]),
-                       b.add_constant(rng.standard_normal(64).astype(F32))])
-    erf = b.emit("erf", [b.emit("mul", [h, b.add_constant(np.array(1 / np.sqrt(2), F32))])])
-    one_plus = b.emit("add", [erf, b.add_constant(np.array(1.0, F32))])
-    y = b.emit("mul", [b.emit("mul", [h, one_plus]), b.add_constant(np.array(0.5, F32))])
-    return check_graph(b.build([("y", y)]))
-
-
-def _conv_bias_relu(rng: np.random.Generator) -> Graph:
-    b = GraphBuilder("conv_bias_relu")
-    x = b.add_input("x", TensorType((1, 3, 16, 16), DType.FLOAT32))
-    w = b.add_constant(rng.standard_normal((8, 3, 3, 3)).astype(F32))
-    conv = b.emit("conv", [x, w], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1})
-    y = b.emit("relu", [b.emit("add", [conv, b.add_constant(rng.standard_normal((1, 8, 1, 1)).astype(F32))])])
-    return check_graph(b.build([("y", y)]))
-
-
-@pytest.mark.parametrize("make,threads", [(_mlp_gelu, 1), (_conv_bias_relu, 2)])
+@pytest.mark.parametrize("make,threads", [(mlp_gelu, 1), (conv_bias_relu, 2)])
 def test_fused_candidate_matches_reference(make: Any, threads: int, caplog: pytest.LogCaptureFixture) -> None:
     seed = int(np.random.default_rng().integers(2**31))
     rng = np.random.default_rng(seed)

@@ -32,6 +32,7 @@ from korch.profile.database import ProfileDB, Status, machine_fingerprint  # noq
 from korch.profile.profiler import compile_candidate, profile  # noqa: E402
 from korch.runtime import compile_plan  # noqa: E402
 from korch.verify import diff_outputs, random_feeds, run_onnxruntime  # noqa: E402
+from tests.backends.graphs import conv_bias_relu, mlp_gelu
 
 # Max |openvino - expected| over max |expected|, per float output (fp32 kernels with their own
 # summation order); integer and bool outputs must be equal.
@@ -135,27 +136,10 @@ def test_region_of_original_nodes_matches_onnxruntime() -> None:
 
 
 def _mlp_gelu(rng: np.random.Generator) -> Graph:
-    """matmul with a constant weight, bias, erf GELU, and a second output: the pre-activation."""
-    b = GraphBuilder("mlp_gelu")
-    x = b.add_input("x", TensorType((8, 32), DType.FLOAT32))
-    h = b.emit("add", [b.emit("matmul", [x, b.add_constant(rng.standard_normal((32, 64)).astype(F32))]),
-                       b.add_constant(rng.standard_normal(64).astype(F32))])
-    erf = b.emit("erf", [b.emit("mul", [h, b.add_constant(np.array(1 / np.sqrt(2), F32))])])
-    y = b.emit("mul", [b.emit("mul", [h, b.emit("add", [erf, b.add_constant(np.array(1.0, F32))])]),
-                       b.add_constant(np.array(0.5, F32))])
-    return check_graph(b.build([("y", y), ("h", h)]))
+    return mlp_gelu(rng, preactivation_output=True)
 
 
-def _conv_bias_relu(rng: np.random.Generator) -> Graph:
-    b = GraphBuilder("conv_bias_relu")
-    x = b.add_input("x", TensorType((1, 3, 16, 16), DType.FLOAT32))
-    w = b.add_constant(rng.standard_normal((8, 3, 3, 3)).astype(F32))
-    conv = b.emit("conv", [x, w], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1})
-    y = b.emit("relu", [b.emit("add", [conv, b.add_constant(rng.standard_normal((1, 8, 1, 1)).astype(F32))])])
-    return check_graph(b.build([("y", y)]))
-
-
-@pytest.mark.parametrize("make,threads", [(_mlp_gelu, 1), (_conv_bias_relu, 2)])
+@pytest.mark.parametrize("make,threads", [(_mlp_gelu, 1), (conv_bias_relu, 2)])
 def test_primitive_graph_matches_reference(make, threads: int) -> None:
     seed = _seed()
     rng = np.random.default_rng(seed)
