@@ -1,6 +1,7 @@
 """The zoo benchmark behind BENCHMARKS.md: cold and warm optimize, then korch bench, per model.
 
     python benchmarks/zoo_bench.py --threads 2 [--threads 1] [--out DIR] [NAME ...]
+    python benchmarks/zoo_bench.py --table --out DIR     # print the table of a finished run again
 
 For each model and thread count, in separate processes: `korch optimize` with an empty profile
 cache and an empty Inductor code cache (cold), the same command again (warm: everything cached),
@@ -83,7 +84,7 @@ def _rss(systems: dict) -> str:
 def table(results: list[dict]) -> str:
     head = ("| model | threads | korch ms (p10-p90) | onnxruntime ms | torch.compile ms | OpenVINO ms | vs best | "
             "max rel err | optimize cold / warm s | optimize RSS MB | run RSS MB korch / ORT / torch / OV | "
-            "candidates (unique) | profiled | kernels by backend |")
+            "candidates (unique) | kernels profiled | kernels by backend |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if "error" in r:
@@ -96,7 +97,7 @@ def table(results: list[dict]) -> str:
             f"{best / s['korch']['median_ms']:.2f}x | "
             f"{r['max_rel_error']:.1e} | "
             f"{r['cold_optimize_s']:.0f} / {r['warm_optimize_s']:.1f} | {r['optimize_peak_rss_mb']:.0f} | {_rss(s)} | "
-            f"{r['candidates']} ({r['unique_candidates']}) | {r['profiled']} | "
+            f"{r['candidates']} ({r['unique_candidates']}) | {(r['profiled'] or 0) + (r.get('profiled_cached') or 0)} | "
             f"{', '.join(f'{k} {v}' for k, v in sorted(r['kernels_by_backend'].items()))} |")
     return "\n".join(lines)
 
@@ -106,6 +107,7 @@ def main() -> int:
     parser.add_argument("names", nargs="*", default=FULL)
     parser.add_argument("--threads", type=int, action="append")
     parser.add_argument("--out", default="bench-out")
+    parser.add_argument("--table", action="store_true", help="only print the table of DIR/results.json")
     parser.add_argument("--bench-only", action="store_true",
                         help="re-run only the bench on the saved plans (optimize figures are kept)")
     args = parser.parse_args()
@@ -113,7 +115,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else []
-    for threads in args.threads or [2]:
+    for threads in [] if args.table else args.threads or [2]:
         for name in args.names:
             print(f"== {name}, {threads} threads", file=sys.stderr, flush=True)
             previous = next((r for r in results if (r["model"], r["threads"]) == (name, threads)
