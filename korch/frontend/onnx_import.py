@@ -2,7 +2,8 @@
 
 All user-facing problems (unreadable file, missing external data, checker failure, opset out of
 range, symbolic dims) become a ModelLoadError or ShapeError that names the file, input and dim; ops
-no ONNX engine defines, an UnsupportedError naming every such node. After loading, node keys
+no ONNX engine defines, an UnsupportedError naming every such node. Model-local functions are
+inlined. After loading, node keys
 (name, else first output) are unique, and every value an ONNX engine's shape inference can type
 has its type.
 """
@@ -126,6 +127,7 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     model, label = _read(source)
     model = onnx.ModelProto.FromString(model.SerializeToString()) if model is source else model
     _check(model, label, None if isinstance(source, onnx.ModelProto) else Path(source))
+    model = _inline_functions(model, label)
     _fix_inputs(model, label, input_shapes or {})
     _unique_node_keys(model)
     del model.graph.value_info[:]
@@ -138,6 +140,20 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     _type_onnxruntime_ops(model, label)
     _check_input_types(model, label)
     return model
+
+
+def _inline_functions(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """Replace calls to model-local functions (torch's exporter writes some) by their bodies, so each
+    body node is fissioned like any other. Left as calls, they would read as ops no engine defines."""
+    if not model.functions:
+        return model
+    from onnx.inliner import inline_local_functions
+
+    try:
+        return inline_local_functions(model)
+    except Exception as e:  # onnx's C++ inliner raises plain exceptions on a malformed function
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelLoadError(f"{label}: cannot inline the model's local functions: {first}") from None
 
 
 def _refuse_unrunnable(model: onnx.ModelProto) -> None:

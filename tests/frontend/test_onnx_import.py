@@ -131,3 +131,40 @@ def test_strict_reports_all_unsupported_nodes_at_once() -> None:
     for name, op in (("topk_1", "TopK"), ("nonzero_2", "NonZero"), ("det_3", "Det")):
         assert f"'{name}' ({op})" in message
     assert "downstream" not in message
+
+
+def _local_function_model() -> onnx.ModelProto:
+    """y = sigmoid(gelu_like(x @ w) + gelu_like(x)): a model-local function, called twice, that calls
+    another one (torch's exporter writes models like this)."""
+    inner = helper.make_function("local", "Scale", ["a"], ["b"],
+                                 [helper.make_node("Constant", [], ["c"], value_float=0.5),
+                                  helper.make_node("Mul", ["a", "c"], ["b"])],
+                                 opset_imports=[helper.make_opsetid("", 17)])
+    outer = helper.make_function("local", "Act", ["a"], ["y"],
+                                 [helper.make_node("Scale", ["a"], ["h"], domain="local"),
+                                  helper.make_node("Tanh", ["h"], ["t"]),
+                                  helper.make_node("Mul", ["a", "t"], ["y"])],
+                                 opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    w = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Act", ["m"], ["a1"], domain="local", name="act_1"),
+             helper.make_node("Act", ["x"], ["a2"], domain="local", name="act_2"),
+             helper.make_node("Add", ["a1", "a2"], ["s"], name="add"),
+             helper.make_node("Sigmoid", ["s"], ["y"], name="out")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+                              initializer=[numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                              functions=[inner, outer])
+    model.ir_version = 8
+    return model
+
+
+def test_model_local_functions_are_inlined_and_fissioned() -> None:
+    model = _local_function_model()
+    graph = fission(model)
+    assert "opaque" not in {n.op for n in graph.nodes}
+    assert sum(n.op == "tanh" for n in graph.nodes) == 2
+    seed = int(np.random.SeedSequence().entropy % 2**31)
+    report = verify_graph(model, graph, seed=seed)
+    assert report.ok, f"seed {seed}: {report}"
