@@ -40,7 +40,8 @@ log = logging.getLogger("korch.bench")
 # Rounds of the interleaved comparison; each round runs every system once (more for tiny models).
 DEFAULT_ROUNDS = 30
 # A peer whose outputs differ from onnxruntime's by more than this (relative to each output's scale)
-# is flagged as disagreeing: the fp32 bar korch's own plans are held to.
+# is flagged as disagreeing. It is the floor of korch's accuracy policy; a plan's own check tolerance
+# (twice onnxruntime's fp32 error on deep models) raises it, so peers meet the bar the plan met.
 PEER_RTOL = 1e-4
 
 
@@ -167,9 +168,10 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
                 log.warning("OpenVINO baseline unavailable: %s", e)
         expected = dict(zip([o.name for o in ort_session.get_outputs()], ort_session.run(None, ort_feeds)))
         errors = {s.name: _max_rel_error(s, expected) for s in systems if s.name != "onnxruntime"}
+        peer_rtol = max(PEER_RTOL, stats.get("check_tolerance") or 0.0)
         for name, error in errors.items():
-            if not error <= PEER_RTOL:
-                log.warning("%s disagrees with onnxruntime: max relative error %.2e > %.0e", name, error, PEER_RTOL)
+            if not error <= peer_rtol:
+                log.warning("%s disagrees with onnxruntime: max relative error %.2e > %.1e", name, error, peer_rtol)
         one = measure(systems[1].run, warmup=2, repeats=3, min_seconds=0.0).median_s
         timings = side_by_side({s.name: s.run for s in systems}, rounds, one, warmup=3)
         rss: dict[str, float | None] = {s.name: None for s in systems}
@@ -187,7 +189,7 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
         "onnxruntime_settings": f"default session: ORT_ENABLE_ALL, intra_op_num_threads={threads}",
         "systems": stats_by_system, "vs_best": vs_best(stats_by_system),
         "notes": {s.name: s.note for s in systems if s.note},
-        "max_rel_error": errors["korch"], "peer_rtol": PEER_RTOL, "optimize_seconds": optimize_seconds,
+        "max_rel_error": errors["korch"], "peer_rtol": peer_rtol, "optimize_seconds": optimize_seconds,
         "candidates": stats.get("candidates"), "unique_candidates": stats.get("unique_candidates"),
         "profiled": stats.get("profiled_new"), "profiled_cached": stats.get("profiled_cached"),
         "kernels": len(plan.steps), "kernels_by_backend": plan.kernels_by_backend(),
@@ -217,7 +219,7 @@ def format_table(result: dict[str, Any]) -> str:
     for name, s in systems.items():
         if not s["max_rel_error"] <= result["peer_rtol"]:
             lines.append(f"  {name} DISAGREES with onnxruntime: max relative error {s['max_rel_error']:.2e} "
-                         f"> {result['peer_rtol']:.0e}")
+                         f"> {result['peer_rtol']:.1e}")
     best = result["vs_best"]
     lines.append(f"vs best: korch {best['speedup']:.2f}x against the fastest peer ({best['peer']}); "
                  f"onnxruntime: {result['onnxruntime_settings']}")
