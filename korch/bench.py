@@ -39,10 +39,6 @@ log = logging.getLogger("korch.bench")
 
 # Rounds of the interleaved comparison; each round runs every system once (more for tiny models).
 DEFAULT_ROUNDS = 30
-# A peer whose outputs differ from onnxruntime's by more than this (relative to each output's scale)
-# is flagged as disagreeing. It is the floor of korch's accuracy policy; a plan's own check tolerance
-# (twice onnxruntime's fp32 error on deep models) raises it, so peers meet the bar the plan met.
-PEER_RTOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -168,7 +164,9 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
                 log.warning("OpenVINO baseline unavailable: %s", e)
         expected = dict(zip([o.name for o in ort_session.get_outputs()], ort_session.run(None, ort_feeds)))
         errors = {s.name: _max_rel_error(s, expected) for s in systems if s.name != "onnxruntime"}
-        peer_rtol = max(PEER_RTOL, stats.get("check_tolerance") or 0.0)
+        # A system whose outputs differ from onnxruntime's by more than the plan's own check tolerance
+        # (the accuracy policy's, relative to each output's scale) is flagged: peers meet the plan's bar.
+        peer_rtol = stats.get("check_tolerance") or settings.accuracy.tolerance()
         for name, error in errors.items():
             if not error <= peer_rtol:
                 log.warning("%s disagrees with onnxruntime: max relative error %.2e > %.1e", name, error, peer_rtol)
