@@ -15,11 +15,16 @@ power loss can drop the last few commits, and never corrupts the file. Several p
 one file at once (WAL readers never block; writers wait up to BUSY_TIMEOUT_S for each other).
 
 A second table remembers, per selection problem (the graph's profiled options, threads, machine),
-the kernel-boundary penalty that measured selection settled on, the plan's measured time and, when
+the predicted boundary cost of the plan measured selection kept (column penalty_s, its old name),
+the plan's measured time and, when
 one engine's whole-model kernel beat the solver's plan side by side, that engine, so a warm
 `korch optimize` solves once instead of compiling and timing every round again. That table and the
 `error` column were added without a schema bump: a file without them gets them on open, and older
 korch ignores them.
+
+A third table keeps the machine's kernel-boundary calibration (korch/profile/boundaries.py): per
+threads, engine versions and (producer, consumer, layout), the fixed and per-byte cost of a tensor
+crossing from one kernel to the next. It is made once per machine and added to older files on open.
 
 The file is the user's: a file that is not a korch profile database, is corrupt, or was written by a
 newer korch is reported as a ProfileDBError and left byte for byte as it was, never repaired.
@@ -41,6 +46,7 @@ from types import TracebackType
 from typing import NamedTuple
 
 from korch.errors import ExitCode, KorchError
+from korch.profile.boundaries import Line
 from korch.profile.timing import Timing
 
 log = logging.getLogger("korch.profile")
@@ -72,6 +78,20 @@ CREATE TABLE IF NOT EXISTS selections (
     reason TEXT
 ) WITHOUT ROWID;
 """
+_BOUNDARIES = """
+CREATE TABLE IF NOT EXISTS boundaries (
+    machine TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    versions TEXT NOT NULL,
+    producer TEXT NOT NULL,
+    consumer TEXT NOT NULL,
+    layout TEXT NOT NULL,
+    fixed_s REAL NOT NULL,
+    s_per_byte REAL NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (machine, threads, versions, producer, consumer, layout)
+) WITHOUT ROWID;
+"""
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
 _COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT")),
                   "profiles": (("error", "REAL"),)}
@@ -94,6 +114,7 @@ CREATE TABLE IF NOT EXISTS profiles (
     PRIMARY KEY ({", ".join(_KEY_COLUMNS)})
 ) WITHOUT ROWID;
 {_SELECTIONS}
+{_BOUNDARIES}
 """
 
 
@@ -104,8 +125,8 @@ class ProfileDBError(KorchError):
 
 
 class RememberedSelection(NamedTuple):
-    """What measured selection kept for one selection problem: the kernel-boundary penalty it settled
-    on, the plan's measured time, the backend of the whole-model kernel when one engine running the
+    """What measured selection kept for one selection problem: the kept plan's predicted boundary
+    cost (penalty_s), the plan's measured time, the backend of the whole-model kernel when one engine running the
     whole model was kept (None when a split plan was kept), and why."""
 
     penalty_s: float
@@ -250,6 +271,30 @@ class ProfileDB:
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 
+    def get_boundaries(self, machine: str, threads: int, versions: str) -> dict[tuple[str, str, str], Line] | None:
+        """The stored boundary-cost lines (korch/profile/boundaries.py) per (producer, consumer, layout)."""
+        rows = self._query("SELECT producer, consumer, layout, fixed_s, s_per_byte FROM boundaries "
+                           "WHERE machine = ? AND threads = ? AND versions = ?", (machine, threads, versions))
+        return {(p, c, layout): Line(float(f), float(b)) for p, c, layout, f, b in rows} if rows else None
+
+    def put_boundaries(self, machine: str, threads: int, versions: str,
+                       lines: Mapping[tuple[str, str, str], Line]) -> None:
+        conn = self._connection()
+        now = time.time()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany("INSERT OR REPLACE INTO boundaries (machine, threads, versions, producer, consumer, "
+                                 "layout, fixed_s, s_per_byte, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                 [(machine, threads, versions, p, c, layout, line.fixed_s, line.s_per_byte, now)
+                                  for (p, c, layout), line in lines.items()])
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
+
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM profiles", ())[0][0])
 
@@ -352,6 +397,7 @@ def _open_once(path: Path) -> sqlite3.Connection:
 
 def _add_new_columns(conn: sqlite3.Connection) -> None:
     conn.execute(_SELECTIONS)
+    conn.execute(_BOUNDARIES)
     for table, columns in _COLUMNS_ADDED.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         for name, sql_type in columns:

@@ -1,0 +1,224 @@
+"""What a kernel boundary costs a running plan, calibrated on this machine, per engine pair and layout.
+
+A kernel's profile is its time alone, called again and again on the same inputs. In a plan the same
+kernel runs right after another one: its inputs were just written by another kernel (maybe another
+engine, maybe out of cache), its thread pool was parked while that kernel ran, and the other engine's
+pool may still be spinning on the cores. What the plan pays beyond the sum of its kernels' profiles
+is the boundary cost, and it is measured, not assumed:
+
+    a chain of `blocks` one-block kernels on a [1, 32, H, H] float tensor, run as a plan by korch's
+    runtime, engines alternating producer, consumer, producer, ...;
+    boundary(H) = (plan time - sum of each kernel timed alone, as the profiler times it) / (blocks - 1)
+
+all timed side by side, interleaved (korch.profile.timing.side_by_side). Two block kinds stand for
+two layouts: `blocked` (a 1x1 Conv + Relu, which onnxruntime and OpenVINO run in their blocked
+channel layouts, converting at every kernel edge) for 4-D tensors, and `plain` (Mul + Relu) for the
+rest. Per (producer, consumer, layout) a least-squares line gives fixed seconds plus seconds per byte;
+for two different engines the chain alternates, so the line is the mean of both directions.
+
+The selection (korch/select/blp.py) adds, for every tensor a chosen kernel reads from another chosen
+kernel, `cost(producer engine, consumer engine, tensor)`. Calibrations are stored per machine,
+threads and engine versions in the profile database and made once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from korch.backends import get_backend
+from korch.candidates.candidate import boundary
+from korch.ir.types import TensorType
+
+log = logging.getLogger("korch.profile")
+
+# Changes when the calibration procedure changes: stored calibrations of another procedure are redone.
+PROCEDURE = "chain-v1"
+BLOCKED, PLAIN = "blocked", "plain"
+LAYOUTS = (BLOCKED, PLAIN)
+CHANNELS = 32
+_OPSET = 17
+
+
+@dataclass(frozen=True)
+class Line:
+    """Seconds = fixed_s + s_per_byte * bytes, never below zero."""
+
+    fixed_s: float
+    s_per_byte: float
+
+    def __call__(self, nbytes: int) -> float:
+        return max(0.0, self.fixed_s + self.s_per_byte * nbytes)
+
+
+@dataclass(frozen=True)
+class CalibrationSettings:
+    """Tensor sides H of the [1, 32, H, H] chains (32 KiB and 1.1 MiB by default: within and beyond
+    a core's L2), blocks per chain, and side-by-side rounds."""
+
+    sides: tuple[int, ...] = (16, 96)
+    blocks: int = 6
+    rounds: int = 7
+
+
+@dataclass(frozen=True)
+class Sample:
+    layout: str
+    producer: str
+    consumer: str
+    nbytes: int
+    boundary_s: float
+    plan_s: float
+    plan_p10_s: float
+    plan_p90_s: float
+    sum_alone_s: float
+
+
+@dataclass(frozen=True)
+class BoundaryModel:
+    """Fitted boundary costs per (producer, consumer, layout); an unknown pair costs nothing."""
+
+    threads: int
+    lines: Mapping[tuple[str, str, str], Line]
+
+    def cost(self, producer: str, consumer: str, t: TensorType) -> float:
+        layout = BLOCKED if len(t.shape) == 4 else PLAIN
+        line = self.lines.get((producer, consumer, layout)) or self.lines.get((consumer, producer, layout))
+        # A data-dependent size is unknown before the run: its fixed cost only.
+        nbytes = t.size * np.dtype(t.dtype.numpy).itemsize if t.is_static else 0
+        return 0.0 if line is None else line(nbytes)
+
+    @staticmethod
+    def none(threads: int) -> BoundaryModel:
+        return BoundaryModel(threads, {})
+
+
+def versions(engines: Iterable[str]) -> str:
+    """What a stored calibration is keyed by besides machine and threads."""
+    return "|".join([PROCEDURE] + [f"{e}={get_backend(e).version}" for e in sorted(engines)])
+
+
+def chain_model(layout: str, blocks: int, side: int, seed: int = 0) -> onnx.ModelProto:
+    """`blocks` blocks (Conv 1x1 + Relu for BLOCKED, Mul + Relu for PLAIN) on a [1, 32, side, side] tensor."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    x = "x"
+    for b in range(blocks):
+        if layout == BLOCKED:
+            w = (rng.standard_normal((CHANNELS, CHANNELS, 1, 1)) / np.sqrt(CHANNELS)).astype(np.float32)
+            inits.append(numpy_helper.from_array(w, f"w{b}"))
+            nodes.append(helper.make_node("Conv", [x, f"w{b}"], [f"t{b}"], name=f"op{b}"))
+        else:
+            s = rng.uniform(0.5, 1.5, (1, CHANNELS, 1, 1)).astype(np.float32)
+            inits.append(numpy_helper.from_array(s, f"s{b}"))
+            nodes.append(helper.make_node("Mul", [x, f"s{b}"], [f"t{b}"], name=f"op{b}"))
+        nodes.append(helper.make_node("Relu", [f"t{b}"], [f"y{b}"], name=f"relu{b}"))
+        x = f"y{b}"
+    shape = [1, CHANNELS, side, side]
+    graph = helper.make_graph(nodes, f"{layout}_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET)])
+    model.ir_version = 9
+    return model
+
+
+def chain_plan(model: onnx.ModelProto, engines: Sequence[str], threads: int):
+    """A plan of one kernel per block (its ONNX nodes as a region for an ONNX engine, its primitives
+    otherwise), the engines taken in turn."""
+    from korch.frontend.regions import OnnxSource
+    from korch.pipeline import run_fission
+    from korch.plan import Plan, Step, order_steps
+
+    fissioned = run_fission(model)
+    graph = fissioned.graph
+    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+    by_block: dict[int, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        by_block.setdefault(int("".join(ch for ch in node.origin if ch.isdigit())), []).append(i)
+    steps = []
+    for block, members in sorted(by_block.items()):
+        nodes = tuple(sorted(members))
+        inputs, outputs = boundary(graph, nodes)
+        engine = engines[block % len(engines)]
+        onnx_nodes = (f"op{block}", f"relu{block}") if get_backend(engine).accepts_onnx else ()
+        steps.append(Step(engine, nodes, inputs, outputs, f"block{block}", 0.0, onnx_nodes))
+    return Plan(graph, order_steps(steps, graph.inputs), threads, "calibration", "calibration", source)
+
+
+def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: int, threads: int,
+                  rounds: int) -> Sample:
+    """One chain, timed as a plan and kernel by kernel (the same compiled kernels), side by side."""
+    from korch.profile.timing import side_by_side
+    from korch.runtime.session import Session, compile_step
+
+    model = chain_model(layout, blocks, side)
+    x = np.random.default_rng(1).standard_normal((1, CHANNELS, side, side)).astype(np.float32)
+    plan = chain_plan(model, (producer, consumer), threads)
+    kernels = [compile_step(plan, step) for step in plan.steps]
+    session = Session(plan, kernels)
+    fns: dict[str, Callable[[], object]] = {"plan": lambda: session.run(None, {"x": x})}
+    value = x
+    for step, kernel in zip(plan.steps, kernels):
+        inputs = [np.ascontiguousarray(value)]
+        value = kernel.run(inputs)[0]
+        # One kernel per engine timed alone on a fixed input, as profiled: the blocks differ only in weights.
+        fns.setdefault(f"alone:{step.backend}", lambda k=kernel, i=inputs: k.run(i))
+    t0 = time.perf_counter()
+    fns["plan"]()
+    timings = side_by_side(fns, rounds, time.perf_counter() - t0)
+    sum_alone = sum(timings[f"alone:{step.backend}"].median_s for step in plan.steps)
+    p = timings["plan"]
+    return Sample(layout, producer, consumer, x.nbytes, (p.median_s - sum_alone) / (blocks - 1), p.median_s,
+                  p.p10_s, p.p90_s, sum_alone)
+
+
+def fit(samples: Sequence[Sample]) -> Line:
+    """Least squares over the samples of one (layout, pair): boundary = fixed + bytes * slope."""
+    b = np.array([s.nbytes for s in samples], float)
+    y = np.array([s.boundary_s for s in samples], float)
+    if len(samples) == 1:
+        return Line(float(y[0]), 0.0)
+    (fixed, slope), *_ = np.linalg.lstsq(np.stack([np.ones_like(b), b], axis=1), y, rcond=None)
+    return Line(float(fixed), float(slope))
+
+
+def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSettings = CalibrationSettings(),
+              report: Callable[[Sample], None] | None = None) -> tuple[BoundaryModel, list[Sample]]:
+    """Measure every engine pair (same-engine pairs included) at each size and layout, and fit."""
+    samples: list[Sample] = []
+    for layout in LAYOUTS:
+        for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2):
+            for side in settings.sides:
+                s = measure_chain(layout, producer, consumer, side, settings.blocks, threads, settings.rounds)
+                samples.append(s)
+                if report is not None:
+                    report(s)
+    lines = {}
+    for (layout, producer, consumer), group in itertools.groupby(
+            sorted(samples, key=lambda s: (s.layout, s.producer, s.consumer)),
+            key=lambda s: (s.layout, s.producer, s.consumer)):
+        lines[(producer, consumer, layout)] = fit(list(group))
+    return BoundaryModel(threads, lines), samples
+
+
+def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
+                   settings: CalibrationSettings = CalibrationSettings()) -> BoundaryModel:
+    """The stored calibration for these engines, threads and machine; measured and stored if missing."""
+    key = versions(engines)
+    stored = db.get_boundaries(machine, threads, key)
+    pairs = {(p, c) for p, c in itertools.combinations_with_replacement(sorted(engines), 2)}
+    if stored is not None and pairs <= {(p, c) for p, c, _ in stored}:
+        return BoundaryModel(threads, stored)
+    log.info("calibrating kernel-boundary costs for %s at %d threads (once per machine)", ", ".join(engines), threads)
+    t0 = time.perf_counter()
+    model, _ = calibrate(engines, threads, settings)
+    db.put_boundaries(machine, threads, key, model.lines)
+    log.info("boundary calibration took %.0f s", time.perf_counter() - t0)
+    return model

@@ -1,0 +1,65 @@
+"""Kernel-boundary calibration: measured chains, fitted lines, stored once per machine and threads."""
+
+from __future__ import annotations
+
+import pytest
+
+from korch.ir.types import DType, TensorType
+from korch.profile.boundaries import (
+    BLOCKED,
+    PLAIN,
+    BoundaryModel,
+    CalibrationSettings,
+    Line,
+    Sample,
+    boundary_model,
+    calibrate,
+    fit,
+    versions,
+)
+from korch.profile.database import ProfileDB
+
+TINY = CalibrationSettings(sides=(8, 12), blocks=3, rounds=1)
+
+
+def test_cost_picks_the_layout_by_rank_clamps_at_zero_and_reads_pairs_both_ways() -> None:
+    model = BoundaryModel(1, {("a", "b", BLOCKED): Line(1e-5, 1e-9), ("a", "b", PLAIN): Line(-1e-5, 1e-9),
+                              ("a", "a", PLAIN): Line(2e-6, 0.0)})
+    four_d = TensorType((1, 2, 3, 4), DType.FLOAT32)          # 96 bytes
+    flat = TensorType((24,), DType.FLOAT32)
+    assert model.cost("a", "b", four_d) == pytest.approx(1e-5 + 96e-9)
+    assert model.cost("b", "a", four_d) == pytest.approx(1e-5 + 96e-9)
+    assert model.cost("a", "b", flat) == 0.0                   # the line is negative there: never below zero
+    assert model.cost("a", "a", flat) == pytest.approx(2e-6)
+    assert model.cost("a", "c", flat) == 0.0                   # no calibration for the pair: nothing
+    assert BoundaryModel.none(1).cost("a", "b", four_d) == 0.0
+
+
+def test_fit_is_a_least_squares_line() -> None:
+    samples = [Sample(PLAIN, "a", "a", n, 5e-6 + 2e-10 * n, 0.0, 0.0, 0.0, 0.0) for n in (1000, 5000, 20000)]
+    line = fit(samples)
+    assert line.fixed_s == pytest.approx(5e-6) and line.s_per_byte == pytest.approx(2e-10)
+
+
+def test_calibration_measures_every_pair_and_layout(tmp_path) -> None:
+    seen = []
+    model, samples = calibrate(["onnxruntime"], 1, TINY, report=seen.append)
+    assert seen == samples and len(samples) == 2 * 2                # 2 layouts x 2 sizes x 1 pair
+    assert {(s.layout, s.nbytes) for s in samples} == {(lay, 32 * h * h * 4) for lay in (BLOCKED, PLAIN)
+                                                        for h in (8, 12)}
+    assert all(s.plan_s > 0 and s.sum_alone_s > 0 and s.plan_p10_s <= s.plan_s <= s.plan_p90_s for s in samples)
+    assert set(model.lines) == {("onnxruntime", "onnxruntime", BLOCKED), ("onnxruntime", "onnxruntime", PLAIN)}
+
+
+def test_stored_calibration_is_used_and_a_missing_one_is_measured_and_stored(tmp_path) -> None:
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        lines = {("onnxruntime", "onnxruntime", BLOCKED): Line(3e-6, 1e-10),
+                 ("onnxruntime", "onnxruntime", PLAIN): Line(1e-6, 0.0)}
+        db.put_boundaries("m1", 1, versions(["onnxruntime"]), lines)
+        assert boundary_model(db, ["onnxruntime"], 1, "m1", TINY).lines == lines     # no measuring
+        assert db.get_boundaries("m1", 2, versions(["onnxruntime"])) is None         # other threads: none
+        measured = boundary_model(db, ["onnxruntime"], 2, "m1", TINY)
+        assert set(measured.lines) == set(lines)
+        assert db.get_boundaries("m1", 2, versions(["onnxruntime"])) == measured.lines
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:                              # it survives reopening
+        assert db.get_boundaries("m1", 1, versions(["onnxruntime"])) == lines
