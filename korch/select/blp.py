@@ -10,6 +10,17 @@ One 0/1 variable x_k per option (a candidate kernel on one backend) with measure
 A primitive may be computed by several chosen kernels (recomputation), and a kernel may have several
 outputs. Options are convex sets of a DAG, so any choice that satisfies the constraints can be ordered.
 
+Boundary costs. A kernel's profile is its time alone; in a plan every tensor one chosen kernel reads
+from another also costs something (korch/profile/boundaries.py, calibrated per machine). With
+`boundary(producer_engine, consumer_engine, value)` given, option k of engine B pays, for each input t
+no graph input provides, boundary(B, B, t) in its own cost, and, for each other engine A that some
+option producing t runs on, the difference d = boundary(A, B, t) - boundary(B, B, t) > 0 through a
+continuous w in [0, 1] with
+
+               w >= x_k + sum_{j produces t, engine(j) = A} x_j - 1,      cost d * w
+
+so a tensor crossing engines costs what the calibration says only when both ends are chosen.
+
 Cover cuts. Every primitive that some graph output depends on is computed by at least one chosen
 kernel in every feasible plan (a kernel computes its primitives from its inputs alone, so the chain
 of kernels behind an output contains all of that output's ancestors). So
@@ -26,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +69,7 @@ class Option:
     outputs: frozenset[str]           # values it writes for others to read
     cost: float                       # measured time (any unit, the same for all)
     nodes: frozenset[int] = frozenset()   # the primitives it computes (for the cover cuts)
+    engine: str = ""                      # the backend that runs it (for boundary costs)
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,7 @@ class Selection:
     lower_bound: float                # proven bound: cost - lower_bound is the absolute gap
     seconds: float
     optimal: bool
+    boundary_s: float = 0.0           # the part of `cost` that is kernel-boundary costs
 
     @property
     def gap(self) -> float:
@@ -116,6 +129,45 @@ def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
     return matrix, np.array(lower)
 
 
+# (producer engine, consumer engine, value name) -> seconds
+BoundaryCost = Callable[[str, str, str], float]
+# Differences smaller than this (seconds) are not worth a variable.
+_NEGLIGIBLE_S = 1e-7
+
+
+@dataclass(frozen=True)
+class _Crossings:
+    """Boundary terms: each option's same-engine cost, and one continuous variable per (consumer option,
+    input, other producer engine) with its cost and the producers it watches."""
+
+    own: np.ndarray                                       # seconds added to each option's cost
+    cost: list[float]
+    consumer: list[int]
+    producers: list[list[int]]
+
+
+def _crossings(options: Sequence[Option], free: set[str], boundary: BoundaryCost | None) -> _Crossings:
+    own = np.zeros(len(options))
+    crossings = _Crossings(own, [], [], [])
+    if boundary is None:
+        return crossings
+    producers: dict[str, dict[str, list[int]]] = {}
+    for j, opt in enumerate(options):
+        for t in opt.outputs:
+            producers.setdefault(t, {}).setdefault(opt.engine, []).append(j)
+    for k, opt in enumerate(options):
+        for t in sorted(opt.inputs - free):
+            same = boundary(opt.engine, opt.engine, t)
+            own[k] += same
+            for engine, makers in sorted(producers.get(t, {}).items()):
+                extra = boundary(engine, opt.engine, t) - same
+                if engine != opt.engine and extra > _NEGLIGIBLE_S:
+                    crossings.cost.append(extra)
+                    crossings.consumer.append(k)
+                    crossings.producers.append(makers)
+    return crossings
+
+
 def usable(options: Sequence[Option], free: set[str]) -> list[Option]:
     """The options that can run in some plan: every input is free or made by another usable option.
     (An option whose input no accepted kernel produces, e.g. because every kernel computing it was
@@ -130,11 +182,13 @@ def usable(options: Sequence[Option], free: set[str]) -> list[Option]:
 
 
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
-          required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S) -> Selection:
+          required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
+          boundary: BoundaryCost | None = None) -> Selection:
     """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`.
 
     `required`: primitives every plan computes (all ancestors of the outputs); they add the cover
-    cuts, which need `Option.nodes`.
+    cuts, which need `Option.nodes`. `boundary`: what a tensor costs crossing from a kernel of one
+    engine to one of another (module doc); it needs `Option.engine`. The selection's cost includes it.
     """
     start = time.perf_counter()
     free = set(graph_inputs)
@@ -150,24 +204,44 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
                 raise SelectionError(f"graph output {t!r} cannot be computed: the options that compute it need "
                                      f"{missing[:5]}, which no usable option produces")
     options = kept
-    matrix, lower = _problem(options, free, graph_outputs, required)
-    # Costs are seconds (~1e-6); scaled to microseconds so the solver's absolute tolerances mean little.
-    cost = np.array([o.cost for o in options], dtype=np.float64) * COST_SCALE
     if not options:
         return Selection((), 0.0, 0.0, time.perf_counter() - start, True)
-    result = milp(cost, integrality=np.ones(len(options)), bounds=Bounds(0, 1),
+    matrix, lower = _problem(options, free, graph_outputs, required)
+    crossings = _crossings(options, free, boundary)
+    n, m = len(options), len(crossings.cost)
+    # Costs are seconds (~1e-6); scaled to microseconds so the solver's absolute tolerances mean little.
+    cost = np.concatenate([np.array([o.cost for o in options]) + crossings.own, crossings.cost]) * COST_SCALE
+    if m:
+        rows, cols, vals = [], [], []
+        for i, (k, makers) in enumerate(zip(crossings.consumer, crossings.producers)):
+            rows += [i, i] + [i] * len(makers)
+            cols += [n + i, k] + makers
+            vals += [1.0, -1.0] + [-1.0] * len(makers)
+        links = sparse.csr_array((vals, (rows, cols)), shape=(m, n + m))
+        matrix = sparse.vstack([sparse.hstack([matrix, sparse.csr_array((matrix.shape[0], m))]), links]).tocsr()
+        lower = np.concatenate([lower, -np.ones(m)])
+    result = milp(cost, integrality=np.concatenate([np.ones(n), np.zeros(m)]), bounds=Bounds(0, 1),
                   constraints=[LinearConstraint(matrix, lower, np.inf)] if len(lower) else [],
                   options={"time_limit": time_limit, "mip_rel_gap": 0.0, "disp": False})
     seconds = time.perf_counter() - start
     if result.x is None:
         raise SelectionError(f"the solver found no feasible selection: {result.message}")
-    chosen = tuple(o for o, x in zip(options, result.x) if x > 0.5)
-    total = float(sum(o.cost for o in chosen))
+    picked = [k for k in range(n) if result.x[k] > 0.5]
+    chosen = tuple(options[k] for k in picked)
+    crossing_s = _crossing_cost(crossings, set(picked))
+    boundary_s = float(sum(crossings.own[k] for k in picked)) + crossing_s
+    total = float(sum(o.cost for o in chosen)) + boundary_s
     dual = getattr(result, "mip_dual_bound", None)
     bound = total if dual is None or not np.isfinite(dual) else float(dual) / COST_SCALE
     optimal = result.status == 0
     if optimal and total - bound <= _ROUNDING * total:
         bound = total    # the bound came back through COST_SCALE and another summation order: same optimum
-    log.info("BLP: %d options, %d constraints, chose %d, cost %.4g, %s in %.3f s",
-             len(options), len(lower), len(chosen), total, "optimal" if optimal else f"status {result.status}", seconds)
-    return Selection(chosen, total, min(bound, total), seconds, optimal)
+    log.info("BLP: %d options, %d constraints, %d boundary variables, chose %d, cost %.4g (boundaries %.4g), "
+             "%s in %.3f s", n, len(lower), m, len(chosen), total, boundary_s,
+             "optimal" if optimal else f"status {result.status}", seconds)
+    return Selection(chosen, total, min(bound, total), seconds, optimal, boundary_s)
+
+
+def _crossing_cost(crossings: _Crossings, picked: set[int]) -> float:
+    return float(sum(c for c, k, makers in zip(crossings.cost, crossings.consumer, crossings.producers)
+                     if k in picked and any(j in picked for j in makers)))
