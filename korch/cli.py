@@ -146,10 +146,10 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                      f"{stats.kernel_tolerance:.1e} of the reference"
                      + (f" (onnxruntime's own error {stats.fp32_error:.1e})" if stats.fp32_error else "")),
         ("kernels", f"{sel.kernels}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items())) + split),
-        ("time", f"measured {sel.measured_ms:.3f} ms per run; predicted {sel.predicted_ms:.3f} ms (sum of "
-                 f"profiled kernels); "
-                 + ("the choice remembered from an earlier run" if sel.remembered else f"{sel.rounds} split plan(s) timed")
-                 + f", kernel boundary penalty {sel.kernel_penalty_us:.0f} us"),
+        ("time", f"measured {sel.measured_ms:.3f} ms per run; predicted {sel.predicted_ms:.3f} ms (profiled "
+                 f"kernels + {sel.boundary_ms:.3f} ms of boundary costs calibrated on this machine); "
+                 + ("the choice remembered from an earlier run" if sel.remembered
+                    else f"{sel.rounds} split plan(s) timed")),
         ("why", sel.why),
         ("solver", f"{sel.solve_seconds:.3f} s, " + ("proven optimal" if sel.optimal and sel.gap == 0 else
                                                       f"gap {sel.gap:.1e}, NOT proven optimal")),

@@ -20,6 +20,7 @@ from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
+from korch.profile.boundaries import boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile
 from korch.profile.prune import worth_profiling
@@ -103,6 +104,7 @@ class OptimizeStats:
     candidates_seconds: float
     profile_seconds: float
     profile_phase_seconds: Mapping[str, float]   # reference, and compile/check/timing per backend
+    calibrate_seconds: float          # measuring this machine's kernel-boundary costs (once per machine)
     select_seconds: float             # measured selection: solving, compiling and timing plans
     check_seconds: float
     optimize_seconds: float
@@ -172,7 +174,7 @@ def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
                 continue
             assert r.median_s is not None
             opt = Option(f"{name}@{c.nodes[0]}-{c.nodes[-1]}:{len(options)}", frozenset(c.inputs),
-                         frozenset(c.outputs), r.median_s, frozenset(c.nodes))
+                         frozenset(c.outputs), r.median_s, frozenset(c.nodes), name)
             options.append(opt)
             onnx_nodes = c.onnx_nodes if get_backend(name).accepts_onnx else ()
             steps[opt.key] = Step(name, c.nodes, c.inputs, c.outputs, c.key, r.median_s, onnx_nodes)
@@ -210,7 +212,10 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)
     t0 = time.perf_counter()
-    selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db)
+    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration)
+    calibrate_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries)
     select_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     check = check_plan(selected.plan, selected.session, fissioned.model, settings)
@@ -221,7 +226,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,
         check_inputs=settings.accuracy.check_inputs, load_seconds=fissioned.load_seconds,
         fission_seconds=fissioned.fission_seconds, candidates_seconds=cands.seconds, profile_seconds=profile_seconds,
-        profile_phase_seconds=dict(profiled.seconds), select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)
+        profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)
     if not check.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {check.summary()}")
     return replace(selected.plan, summary=stats.summary()), selected.session, stats

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from korch.candidates import CandidateLimits, RegionLimits
+from korch.profile.boundaries import CalibrationSettings
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,6 @@ class ProfileSettings:
 class SelectionSettings:
     """Measured selection: solve, compile and time plans end to end; compare with whole-model kernels."""
 
-    # Solve-compile-measure rounds of the split plan, each re-pricing kernel boundaries.
-    max_rounds: int = 3
     # Timing one whole plan: few repeats separate plans that differ by more than noise.
     plan_warmup: int = 2
     plan_repeats: int = 7
@@ -81,8 +80,10 @@ class OptimizeSettings:
     profile: ProfileSettings = field(default_factory=ProfileSettings)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
     accuracy: AccuracyPolicy = field(default_factory=AccuracyPolicy)
+    calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
 
 
 # Timings good enough to exercise the mechanics, for tests and quick looks (never for a plan you ship).
 QUICK_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0)
+QUICK_CALIBRATION = CalibrationSettings(sides=(16,), blocks=3, rounds=2)
 QUICK_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=3)

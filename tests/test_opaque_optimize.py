@@ -16,10 +16,10 @@ import korch
 from korch.cli import main
 from korch.errors import ExitCode, UnsupportedError
 from korch.pipeline import optimize
-from korch.settings import OptimizeSettings
-from korch.verify import DEFAULT_RTOL as PLAN_RTOL
 from korch.profile.database import ProfileDB
 from korch.runtime import Session
+from korch.settings import QUICK_CALIBRATION, OptimizeSettings
+from korch.verify import DEFAULT_RTOL as PLAN_RTOL
 from korch.verify import diff_outputs, random_feeds, run_onnxruntime
 from tests.opaque_models import RUNNABLE, nms_model, topk_model
 
@@ -51,7 +51,7 @@ def test_plan_of_small_kernels_runs_opaque_nodes_as_regions_alone(name: str, tmp
     """Without regions at large, each opaque node still gets its own region: the plan is small
     kernels around them (for nms, region boundaries of data-dependent shape)."""
     build, opaque = RUNNABLE[name]
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None, calibration=QUICK_CALIBRATION)
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         plan, session, stats = optimize(build(), db, settings)
     regions = [s.onnx_nodes for s in plan.steps if s.onnx_nodes]

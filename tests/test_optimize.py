@@ -13,18 +13,19 @@ import korch.runtime as runtime
 from korch import __version__, zoo
 from korch.cli import main
 from korch.errors import ExitCode
+from korch.ir.serialize import LazyConstants
 from korch.pipeline import optimize
 from korch.plan import PlanError, load_plan, save_plan
-from korch.ir.serialize import LazyConstants
 from korch.plan.plan import EXTERNAL_MIN_BYTES
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.select.measured import SPLIT
-from korch.settings import QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
+from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
 from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
 
-ORT_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",))
+ORT_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",), calibration=QUICK_CALIBRATION)
 # Without regions (whole ONNX nodes, up to the whole model) the plan is assembled from primitive kernels.
-ORT_KERNELS_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None)
+ORT_KERNELS_ONLY = OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None,
+                                    calibration=QUICK_CALIBRATION)
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +61,14 @@ def test_second_optimize_profiles_nothing(db: ProfileDB) -> None:
 
 
 def test_second_optimize_reuses_the_measured_selection(db: ProfileDB) -> None:
-    """The boundary penalty measured selection settled on is stored with its reason: the same problem
+    """What measured selection kept is stored with its reason: the same problem
     again solves, compiles and times once, and picks the plan that was kept the first time."""
     model = zoo.to_model_proto("efficientvit-mini")
     plan1, _, first = optimize(model, db, ORT_KERNELS_ONLY)
     plan2, _, second = optimize(model, db, ORT_KERNELS_ONLY)
     assert not first.selection.remembered and first.selection.rounds >= 1
     assert second.selection.remembered and second.selection.rounds == 0
-    assert second.selection.kernel_penalty_us == first.selection.kernel_penalty_us
+    assert second.selection.boundary_ms == first.selection.boundary_ms
     assert second.selection.why == first.selection.why and "split plan" in first.selection.why
     assert [s.key for s in plan2.steps] == [s.key for s in plan1.steps]
 
@@ -207,7 +208,7 @@ def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp
 
     monkeypatch.setattr(profiler, "_measure_one", whole_model_slow)
     settings = replace(ORT_ONLY, profile=QUICK_PROFILE, selection=replace(
-        QUICK_SELECTION, max_rounds=1, multi_kernel_margin=0.0 if whole_wins else 1e9))
+        QUICK_SELECTION, multi_kernel_margin=0.0 if whole_wins else 1e9))
     model = zoo.to_model_proto("candy-mini")
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         plan, session, stats = optimize(model, db, settings)
@@ -236,7 +237,7 @@ def test_whole_model_kernels_of_each_engine_are_compared_side_by_side(tmp_path: 
     pytest.importorskip("torch")
     from dataclasses import replace
 
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"),
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
                                 profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=1),
                                 selection=replace(QUICK_SELECTION, contender_factor=1e9))
     model = zoo.to_model_proto("candy-mini")

@@ -30,8 +30,8 @@ from onnx import TensorProto, helper, numpy_helper
 import korch.profile.profiler as profiler
 from korch.candidates import RegionLimits
 from korch.pipeline import optimize
-from korch.settings import OptimizeSettings, ProfileSettings, SelectionSettings
 from korch.profile.database import ProfileDB, Record, Status
+from korch.settings import QUICK_CALIBRATION, OptimizeSettings, ProfileSettings, SelectionSettings
 from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
 
 F32 = np.float32
@@ -594,6 +594,7 @@ def check_optimized(seed: int, db: ProfileDB, settings: OptimizeSettings):
 @pytest.mark.parametrize("seed", PRIMITIVE_SEEDS)
 def test_plan_of_primitive_kernels_matches_onnxruntime(seed: int, db: ProfileDB) -> None:
     plan = check_optimized(seed, db, OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None,
+                                                      calibration=QUICK_CALIBRATION,
                                                       profile=FAST_PROFILE, selection=FAST_SELECTION))
     assert all(not s.onnx_nodes for s in plan.steps)
 
@@ -601,6 +602,7 @@ def test_plan_of_primitive_kernels_matches_onnxruntime(seed: int, db: ProfileDB)
 @pytest.mark.parametrize("seed", REGION_SEEDS)
 def test_plan_with_regions_matches_onnxruntime(seed: int, db: ProfileDB) -> None:
     check_optimized(seed, db, OptimizeSettings(threads=1, backends=("onnxruntime",), regions=RegionLimits(),
+                                               calibration=QUICK_CALIBRATION,
                                                profile=FAST_PROFILE, selection=FAST_SELECTION))
 
 
@@ -632,9 +634,9 @@ def test_plan_with_inductor_kernels_matches_onnxruntime(seed: int, inductor_wins
     # Even seeds: the whole graph is also an Inductor region (the plan is then usually that one kernel);
     # odd seeds: only small Inductor candidates and no onnxruntime regions (a whole-graph onnxruntime
     # region would beat a mix), so plans mix Inductor and onnxruntime kernels.
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"),
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
                                 profile=replace(FAST_PROFILE, inductor_budget=4, inductor_region_budget=1 - seed % 2),
-                                selection=replace(FAST_SELECTION, max_rounds=1, duel_rounds=0),
+                                selection=replace(FAST_SELECTION, duel_rounds=0),
                                 regions=None if seed % 2 else RegionLimits())
     # its own cache: discounted Inductor records must not leak into other tests' plans
     with ProfileDB(tmp_path_factory.mktemp("inductor-cache") / "profiles.sqlite") as db:

@@ -176,10 +176,9 @@ def _why_not_cheaper(facts: PlanFacts) -> str:
     kept = summary.get("kept")
     if kept and kept != "split":
         return f"the plan is {kept}'s whole model, kept because it ran fastest end to end ({summary.get('why', '')})"
-    penalty_us = summary.get("kernel_penalty_us") or 0.0
-    if penalty_us > 0:
-        return (f"measured selection prices every kernel {penalty_us:.0f} us more for its boundaries (learned from "
-                "the plan's measured time), and with that it costs more in a plan")
+    if (summary.get("boundary_ms") or 0.0) > 0:
+        return ("the selection also prices every tensor that crosses between kernels (boundary costs calibrated "
+                "on this machine), and with those it costs more in a plan")
     return "the plan was kept by its measured end-to-end time, not by the sum of profiles alone"
 
 

@@ -1,20 +1,21 @@
 """Measured selection: the plan kept is the fastest executable, timed, not the lowest sum of profiles.
 
-The BLP is exact over profiled kernel costs, but a running plan also pays at every kernel boundary,
-and profiles taken one kernel at a time on a noisy machine can order close contenders wrongly. So:
+The BLP is exact over profiled kernel costs plus the boundary costs calibrated on this machine
+(korch/profile/boundaries.py: what a tensor costs crossing from one kernel to the next, by bytes,
+engine pair and layout), but profiles taken one kernel at a time on a noisy machine can still order
+close contenders wrongly. So:
 
-1. The best *split* plan (two or more kernels) is found by solve -> compile -> time rounds: each
-   round re-prices every kernel by the boundary cost the last plan showed (measured minus predicted,
-   per kernel), moving the choice toward fewer, larger kernels exactly as far as measurement says.
+1. The best *split* plan (two or more kernels) is solved for with the boundary costs, compiled and
+   timed; its prediction (profiles + boundaries) is kept beside its measured time.
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
    side-by-side comparison, interleaved like `korch bench`, with the split plan. A split plan must
    win by `multi_kernel_margin`; otherwise the fastest whole-model kernel is the plan.
 3. What was kept and why is recorded in words ("the best split plan measured 45.6 ms side by side,
-   onnxruntime's whole model 39.0 ms"), and stored with the boundary cost in the profile database,
-   so a warm run solves, compiles and times once.
+   onnxruntime's whole model 39.0 ms"), and stored in the profile database, so a warm run solves,
+   compiles and times once.
 
 A split plan predicted slower than `contender_factor` times the cheapest whole-model kernel is not
-compiled: boundaries only add to its time, so it cannot win, and its predicted time is the reason.
+compiled: its predicted time is the reason.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
+from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.timing import measure, side_by_side
 from korch.runtime import Session, compile_plan
@@ -38,7 +40,7 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v2"
+PROCEDURE = "measured-selection-v3-priced-boundaries"
 SPLIT = "split"
 
 
@@ -47,11 +49,11 @@ class SelectionStats:
     """What measured selection did, for the summary, the report and `explain`."""
 
     kernels: int
-    predicted_ms: float                   # sum of the kept plan's kernel profiles
+    predicted_ms: float                   # the kept plan's kernel profiles plus its boundary costs
     measured_ms: float                    # the kept plan, timed end to end
     gap: float                            # the solver's proven relative gap for the kept plan
     optimal: bool
-    kernel_penalty_us: float              # boundary cost per kernel the kept plan was solved with
+    boundary_ms: float                    # the part of predicted_ms that is boundary costs
     rounds: int                           # split plans compiled and timed
     remembered: bool                      # replayed from an earlier run's outcome
     solve_seconds: float
@@ -80,18 +82,20 @@ class _Timed:
     predicted_s: float
     measured_s: float | None
     selection: Selection
-    penalty_s: float
 
 
 def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], settings: OptimizeSettings,
-                          machine: str) -> str:
+                          machine: str, boundaries: BoundaryModel | None = None) -> str:
     """Identifies a selection problem: every option's candidate, backend, primitives and profiled
-    cost, with threads, machine and procedure. Equal keys mean the solver sees the same problem."""
+    cost, the boundary costs, with threads, machine and procedure. Equal keys mean the solver sees
+    the same problem."""
     from korch import __version__
 
     s = settings.selection
-    h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|{s.max_rounds}|"
+    h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
                        f"{s.multi_kernel_margin}|{s.contender_factor}".encode())
+    if boundaries is not None:
+        h.update(repr(sorted(boundaries.lines.items())).encode())
     rows = sorted(f"{steps[o.key].key}|{steps[o.key].backend}|{sorted(o.nodes)}|{o.cost!r}" for o in options)
     for row in rows:
         h.update(row.encode() + b"\n")
@@ -102,10 +106,12 @@ class _Context:
     """The fixed parts of one selection problem."""
 
     def __init__(self, graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
-                 source: OnnxSource | None, settings: OptimizeSettings, machine: str) -> None:
+                 source: OnnxSource | None, settings: OptimizeSettings, machine: str,
+                 boundaries: BoundaryModel) -> None:
         from korch import __version__
 
         self.graph, self.steps, self.source, self.settings = graph, steps, source, settings
+        self.boundaries = boundaries
         self.machine, self.version = machine, __version__
         everything = frozenset(range(len(graph.nodes)))
         self.whole: dict[str, Option] = {}
@@ -118,17 +124,20 @@ class _Context:
         self.split_options = [o for o in options if o.key not in whole_keys]
         self.feeds = random_feeds(graph, settings.seed + 2)
 
-    def solve(self, options: Sequence[Option], penalty_s: float) -> Selection:
-        priced = [replace(o, cost=o.cost + penalty_s) for o in options]
-        return solve(priced, self.graph.inputs, self.graph.outputs, required=range(len(self.graph.nodes)),
-                     time_limit=self.settings.selection.solver_time_limit_s)
+    def boundary_cost(self, producer: str, consumer: str, value: str) -> float:
+        return self.boundaries.cost(producer, consumer, self.graph.types[value])
 
-    def plan(self, selection: Selection, penalty_s: float) -> tuple[Plan, float]:
+    def solve(self, options: Sequence[Option]) -> Selection:
+        return solve(options, self.graph.inputs, self.graph.outputs, required=range(len(self.graph.nodes)),
+                     time_limit=self.settings.selection.solver_time_limit_s, boundary=self.boundary_cost)
+
+    def plan(self, selection: Selection) -> tuple[Plan, float]:
+        """The selection as an ordered plan, and its predicted time (profiles plus boundary costs)."""
         chosen = order_steps((self.steps[o.key] for o in selection.chosen), self.graph.inputs)
         uses_onnx = any(st.onnx_nodes for st in chosen)
         plan = Plan(self.graph, chosen, self.settings.threads, self.machine, self.version,
                     self.source if uses_onnx else None)
-        return plan, sum(st.cost_s for st in chosen)
+        return plan, selection.cost
 
     def time(self, session: Session) -> float:
         s = self.settings.selection
@@ -137,16 +146,19 @@ class _Context:
 
     def whole_model(self, backend: str) -> tuple[Plan, Selection]:
         o = self.whole[backend]
-        plan, _ = self.plan(Selection((o,), o.cost, o.cost, 0.0, True), 0.0)
-        return plan, Selection((o,), o.cost, o.cost, 0.0, True)
+        selection = Selection((o,), o.cost, o.cost, 0.0, True)
+        plan, _ = self.plan(selection)
+        return plan, selection
 
 
 def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                        source: OnnxSource | None, settings: OptimizeSettings, machine: str,
-                       db: ProfileDB | None = None) -> Selected:
-    """The fastest plan as measured: the best split plan or one engine's whole model (module doc)."""
-    ctx = _Context(graph, options, steps, source, settings, machine)
-    problem = selection_problem_key(options, steps, settings, machine)
+                       db: ProfileDB | None = None, boundaries: BoundaryModel | None = None) -> Selected:
+    """The fastest plan as measured: the best split plan or one engine's whole model (module doc).
+    `boundaries`: the machine's calibrated boundary costs (None: boundaries cost nothing)."""
+    ctx = _Context(graph, options, steps, source, settings, machine,
+                   boundaries if boundaries is not None else BoundaryModel.none(settings.threads))
+    problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
         return _replay(ctx, remembered)
@@ -154,50 +166,32 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     selected = _compare(ctx, split, rounds, solve_s)
     if db is not None:
         kept = selected.stats
-        db.put_selection(problem, kept.kernel_penalty_us * 1e-6, kept.measured_ms * 1e-3,
+        db.put_selection(problem, kept.boundary_ms * 1e-3, kept.measured_ms * 1e-3,
                          None if kept.kept == SPLIT else kept.kept, kept.why)
     return selected
 
 
 def _best_split(ctx: _Context) -> tuple[_Timed | None, int, float]:
-    """The fastest split plan over solve-compile-measure rounds, or None if there is none.
-    Returns it, the rounds timed, and the solver's seconds."""
+    """The best split plan under profiled and boundary costs, compiled and timed unless its prediction
+    rules it out; None if there is none. Returns it, the plans timed (0 or 1), and the solver's seconds."""
     s = ctx.settings.selection
     cheapest_whole = min((o.cost for o in ctx.whole.values()), default=None)
-    best: _Timed | None = None
-    seen: set[frozenset[str]] = set()
-    penalty = 0.0
-    rounds = 0
-    solve_s = 0.0
-    for _ in range(s.max_rounds):
-        try:
-            selection = ctx.solve(ctx.split_options, penalty)
-        except SelectionError as e:
-            log.info("no split plan: %s", e)
-            return None, rounds, solve_s
-        solve_s += selection.seconds
-        keys = frozenset(o.key for o in selection.chosen)
-        if keys in seen:
-            break
-        seen.add(keys)
-        plan, predicted = ctx.plan(selection, penalty)
-        if best is None and cheapest_whole is not None and predicted > s.contender_factor * cheapest_whole:
-            log.info("best split plan: %d kernels predicted at %.3f ms, beyond %.2fx the cheapest whole-model "
-                     "kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3, s.contender_factor,
-                     cheapest_whole * 1e3)
-            return _Timed(plan, None, predicted, None, selection, penalty), rounds, solve_s
-        session = compile_plan(plan)
-        measured = ctx.time(session)
-        rounds += 1
-        log.info("split round %d: %d kernels, predicted %.3f ms, measured %.3f ms", rounds, len(plan.steps),
-                 predicted * 1e3, measured * 1e3)
-        if best is None or best.measured_s is None or measured < best.measured_s:
-            best = _Timed(plan, session, predicted, measured, selection, penalty)
-        overhead = (measured - predicted) / len(plan.steps)
-        if overhead <= penalty:
-            break
-        penalty = overhead
-    return best, rounds, solve_s
+    try:
+        selection = ctx.solve(ctx.split_options)
+    except SelectionError as e:
+        log.info("no split plan: %s", e)
+        return None, 0, 0.0
+    plan, predicted = ctx.plan(selection)
+    if cheapest_whole is not None and predicted > s.contender_factor * cheapest_whole:
+        log.info("best split plan: %d kernels predicted at %.3f ms (%.3f ms of it boundaries), beyond %.2fx the "
+                 "cheapest whole-model kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3,
+                 selection.boundary_s * 1e3, s.contender_factor, cheapest_whole * 1e3)
+        return _Timed(plan, None, predicted, None, selection), 0, selection.seconds
+    session = compile_plan(plan)
+    measured = ctx.time(session)
+    log.info("split plan: %d kernels, predicted %.3f ms (%.3f ms boundaries), measured %.3f ms", len(plan.steps),
+             predicted * 1e3, selection.boundary_s * 1e3, measured * 1e3)
+    return _Timed(plan, session, predicted, measured, selection), 1, selection.seconds
 
 
 def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
@@ -225,7 +219,7 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float) -
     if not compiled:
         if split is None or split.session is None:
             raise SelectionError("no plan compiles: neither a split plan nor any engine's whole-model kernel")
-        return _result(ctx, split.plan, split.session, split.selection, split.measured_s, split.penalty_s, SPLIT,
+        return _result(ctx, split.plan, split.session, split.selection, split.measured_s, SPLIT,
                        _why_split_alone(ctx, split), split, rounds, solve_s, {})
     fns = {b: (lambda sess=sess: sess.run(None, ctx.feeds)) for b, (_, _, sess) in compiled.items()}
     if split_timed:
@@ -246,12 +240,12 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float) -
     shown = timings if len(timings) > 1 else {}
     if keep_split:
         why = _why_split(ctx, split, timings, engine_times)
-        return _result(ctx, split.plan, split.session, split.selection, timings[SPLIT], split.penalty_s, SPLIT, why,
+        return _result(ctx, split.plan, split.session, split.selection, timings[SPLIT], SPLIT, why,
                        split, rounds, solve_s, shown)
     assert winner is not None
     plan, selection, session = compiled[winner]
     why = _why_whole(ctx, winner, split, timings, engine_times)
-    return _result(ctx, plan, session, selection, engine_times[winner], 0.0, winner, why, split, rounds, solve_s,
+    return _result(ctx, plan, session, selection, engine_times[winner], winner, why, split, rounds, solve_s,
                    shown)
 
 
@@ -285,7 +279,7 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mappin
     n = len(split.plan.steps)
     if split.measured_s is None:
         return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
-                f"{_ms(split.predicted_s)} (sum of kernel profiles, before boundary costs), {winner}'s whole model "
+                f"{_ms(split.predicted_s)} (kernel profiles and boundary costs), {winner}'s whole model "
                 f"profiled at {_ms(ctx.whole[winner].cost)}{also}")
     if SPLIT in timings:
         margin = "" if timings[SPLIT] > engines[winner] else \
@@ -298,14 +292,14 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mappin
 
 
 def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, measured_s: float | None,
-            penalty_s: float, kept: str, why: str, split: _Timed | None, rounds: int, solve_s: float,
+            kept: str, why: str, split: _Timed | None, rounds: int, solve_s: float,
             side: Mapping[str, float], remembered: bool = False) -> Selected:
     if measured_s is None:
         measured_s = ctx.time(session)
     log.info("kept %s: %s", "the split plan" if kept == SPLIT else f"{kept}'s whole model", why)
     stats = SelectionStats(
-        kernels=len(plan.steps), predicted_ms=sum(st.cost_s for st in plan.steps) * 1e3, measured_ms=measured_s * 1e3,
-        gap=selection.gap, optimal=selection.optimal, kernel_penalty_us=penalty_s * 1e6, rounds=rounds,
+        kernels=len(plan.steps), predicted_ms=selection.cost * 1e3, measured_ms=measured_s * 1e3,
+        gap=selection.gap, optimal=selection.optimal, boundary_ms=selection.boundary_s * 1e3, rounds=rounds,
         remembered=remembered, solve_seconds=solve_s, kept=kept, why=why,
         split_kernels=len(split.plan.steps) if split is not None else None,
         split_predicted_ms=split.predicted_s * 1e3 if split is not None else None,
@@ -321,9 +315,8 @@ def _replay(ctx: _Context, remembered: RememberedSelection) -> Selected:
     backend = remembered.whole_model_backend
     if backend is not None and backend in ctx.whole:
         plan, selection = ctx.whole_model(backend)
-        return _result(ctx, plan, compile_plan(plan), selection, None, 0.0, backend, why, None, 0, 0.0, {}, True)
-    selection = ctx.solve(ctx.split_options, remembered.penalty_s)
-    plan, predicted = ctx.plan(selection, remembered.penalty_s)
-    split = _Timed(plan, None, predicted, None, selection, remembered.penalty_s)
-    return _result(ctx, plan, compile_plan(plan), selection, None, remembered.penalty_s, SPLIT, why, split, 0,
-                   selection.seconds, {}, True)
+        return _result(ctx, plan, compile_plan(plan), selection, None, backend, why, None, 0, 0.0, {}, True)
+    selection = ctx.solve(ctx.split_options)
+    plan, predicted = ctx.plan(selection)
+    split = _Timed(plan, None, predicted, None, selection)
+    return _result(ctx, plan, compile_plan(plan), selection, None, SPLIT, why, split, 0, selection.seconds, {}, True)

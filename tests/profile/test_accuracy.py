@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from korch.pipeline import optimize
 from korch.profile.database import ProfileDB, Status
 from korch.profile.profiler import ACCURACY_REJECTION
-from korch.settings import QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
+from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
 from korch.verify import diff_outputs, random_feeds, run_onnxruntime
 
 # Terms per row, and the offset each term carries: the row sum is ~ N * OFFSET, minus N * OFFSET again,
@@ -45,7 +45,8 @@ def test_kernels_are_judged_by_the_fp32_floor_and_strict_rejections_are_retried(
     as yolov4's was; under the policy it is accepted, because the tolerance follows onnxruntime's own
     fp32 error, and the stored rejections are measured again rather than trusted."""
     model = cancelling_sum()
-    base = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=QUICK_SELECTION)
+    base = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=QUICK_SELECTION,
+                            calibration=QUICK_CALIBRATION)
     strict = replace(base, accuracy=AccuracyPolicy(fp32_factor=0.0))
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         _, _, before = optimize(model, db, strict)

@@ -14,9 +14,9 @@ from korch.candidates.candidate import boundary
 from korch.ir.graph import GraphBuilder
 from korch.ir.types import DType, TensorType
 from korch.pipeline import optimize
-from korch.settings import OptimizeSettings
 from korch.plan import Plan, Step, save_plan
 from korch.profile.database import ProfileDB, machine_fingerprint
+from korch.settings import QUICK_CALIBRATION, OptimizeSettings
 
 # Primitives in the synthetic plan: the size the report must stay usable at.
 LARGE_PRIMITIVES = 1500
@@ -25,7 +25,7 @@ LARGE_KERNEL_SIZE = 5
 
 def kernels_only_settings() -> OptimizeSettings:
     """onnxruntime kernels of primitives only (no region options), so the plan has many kernels."""
-    return OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None)
+    return OptimizeSettings(threads=1, backends=("onnxruntime",), regions=None, calibration=QUICK_CALIBRATION)
 
 
 @dataclasses.dataclass(frozen=True)

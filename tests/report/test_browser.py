@@ -104,10 +104,11 @@ def test_every_zoo_report_opens(browser, name: str, plan_dir: Path | None, tmp_p
     from korch.pipeline import optimize
     from korch.plan import load_plan, save_plan
     from korch.profile.database import ProfileDB
-    from korch.settings import QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
+    from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
 
     # Only the page is under test here: short timings make the plans quickly (any plan will do).
-    quick = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=QUICK_SELECTION)
+    quick = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=QUICK_SELECTION,
+                             calibration=QUICK_CALIBRATION)
     cache = tmp_path / "cache"
     if plan_dir is None:
         cache.mkdir()

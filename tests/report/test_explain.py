@@ -72,12 +72,13 @@ def test_explain_says_why_the_plan_is_one_engines_whole_model(tmp_path) -> None:
     with measured times, and no rival is excused by an optimality gap the solver proved is zero."""
     from korch import zoo
     from korch.pipeline import optimize
-    from korch.settings import QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
     from korch.plan import save_plan
+    from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
 
     # a split plan would have to run in no time to be kept: the whole model is the plan, whatever the timings
     never_split = dataclasses.replace(QUICK_SELECTION, multi_kernel_margin=0.0, contender_factor=1e9)
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=never_split)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=never_split,
+                                calibration=QUICK_CALIBRATION)
     with ProfileDB(tmp_path / "cache" / "profiles.sqlite") as db:
         plan, _, stats = optimize(zoo.to_model_proto("bert-mini"), db, settings)
         assert stats.selection.kept == "onnxruntime" and stats.selection.split_measured_ms is not None
