@@ -179,7 +179,8 @@ def _random_graph(rng: np.random.Generator, size: int) -> Graph:
             i, j = rng.choice(len(values), size=2, replace=False)
             values.append(b.emit(str(rng.choice(["add", "mul", "max"])), [values[i], values[j]]))
         else:
-            values.append(b.emit(str(rng.choice(["relu", "sigmoid", "tanh"])), [values[int(rng.integers(len(values)))]]))
+            source = values[int(rng.integers(len(values)))]
+            values.append(b.emit(str(rng.choice(["relu", "sigmoid", "tanh"])), [source]))
     return b.build([(f"y{k}", v) for k, v in enumerate(values[1:]) if k % 2 == 1 or v is values[-1]])
 
 
