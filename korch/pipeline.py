@@ -25,6 +25,7 @@ from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile
 from korch.profile.prune import worth_profiling
 from korch.runtime import Session
 from korch.select import Option
+from korch.select.coverage import require_cover
 from korch.select.measured import SelectionStats, measured_selection
 from korch.settings import OptimizeSettings
 from korch.verify import DEFAULT_RTOL, PlanCheck, VerifyReport, check_plan_outputs, verify_graph
@@ -209,6 +210,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                        settings.accuracy, settings.seed, progress, onnx_source)
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)
+    require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db)
     select_seconds = time.perf_counter() - t0
