@@ -16,7 +16,7 @@ and {sigmoid, mul} (reads a, writes b and d) satisfy every constraint and each w
 A choice S is legal iff some order runs each option after all its inputs are free or made; running
 whatever is ready only makes more values ready, so a greedy pass decides it, and what it leaves
 stuck (U) all waits on values only stuck options make. After each solve that returns an illegal
-choice, one cut is added and the problem solved again: for a subset C of U where each v in C waits on
+choice, cuts are added and the problem solved again: for a subset C of U where each v in C waits on
 a value t_v all of whose producers in S lie in C, and J the options outside C that produce some t_v,
 
                sum_{k in C} x_k - sum_{j in J} x_j <= |C| - 1.
@@ -25,8 +25,9 @@ S violates it (no j in J is chosen). It removes no legal choice: in a legal choi
 the first v of C to run finds t_v made earlier, by an option outside C, so one of J is chosen. (The
 plain no-good sum_{k in C} x_k <= |C| - 1 is not valid: {relu, add} and {sigmoid, mul} become legal
 with a third kernel {sigmoid} beside them, and that may be the optimum.) Since the cuts remove only
-illegal choices, the last solve's bound is a bound on the best legal choice. Real graphs rarely
-need a cut: measured on the zoo's instances, none.
+illegal choices, the last solve's bound is a bound on the best legal choice. One round cuts every
+disjoint such C (smallest first), so independent cycles cost one re-solve, not one each. Real graphs
+rarely need a cut: none on the seven zoo instances of benchmarks/solvers.py, nor with random costs.
 
 Cover cuts. Every primitive that some graph output depends on is computed by at least one chosen
 kernel in every feasible plan (a kernel computes its primitives from its inputs alone, so the chain
@@ -60,9 +61,9 @@ _ROUNDING = 1e-12
 # Default solver time limit; on a timeout the best feasible selection is returned with its gap.
 DEFAULT_TIME_LIMIT_S = 60.0
 COST_SCALE = 1e6
-# Each cycle cut removes at least the choice it was made from, and real graphs need none or a few
+# Each round of cycle cuts removes at least the choice it was made from, and real graphs need none
 # (module doc); this many means a problem the cuts do not suit, reported rather than looped on.
-MAX_CYCLE_CUTS = 200
+MAX_CUT_ROUNDS = 100
 
 
 class SelectionError(KorchError):
@@ -88,7 +89,8 @@ class Selection:
     lower_bound: float                # proven bound: cost - lower_bound is the absolute gap
     seconds: float
     optimal: bool
-    cycle_cuts: int = 0               # cuts added (each a re-solve) because a choice could not be ordered
+    cycle_cuts: int = 0               # cuts added because a choice could not be ordered (module doc)
+    resolves: int = 0                 # solves after the first, each after a round of cycle cuts
 
     @property
     def gap(self) -> float:
@@ -189,9 +191,10 @@ def _stuck(options: Sequence[Option], chosen: Sequence[int], free: set[str]) -> 
     return [k for k in chosen if waiting[k]], ready
 
 
-def _cycle_cut(options: Sequence[Option], producers: Mapping[str, Sequence[int]], chosen: Sequence[int],
-               stuck: Sequence[int], ready: set[str]) -> _CycleCut:
-    """The cut of the module doc for an illegal choice: C the smallest closed set of stuck options."""
+def _cycle_cuts(options: Sequence[Option], producers: Mapping[str, Sequence[int]], chosen: Sequence[int],
+                stuck: Sequence[int], ready: set[str]) -> list[_CycleCut]:
+    """The cuts of the module doc for an illegal choice: C ranges over disjoint closed sets of stuck
+    options, smallest first."""
     in_choice = set(chosen)
 
     def makers(t: str) -> list[int]:      # all stuck: a value a running option made would be ready
@@ -200,18 +203,22 @@ def _cycle_cut(options: Sequence[Option], producers: Mapping[str, Sequence[int]]
     # each stuck option waits on the missing input with the fewest chosen producers: small closures
     waits_on = {u: min(sorted(options[u].inputs - ready), key=lambda t: len(makers(t))) for u in stuck}
 
-    def closure(u: int) -> set[int]:
+    def closure(u: int) -> frozenset[int]:
         members, todo = {u}, [u]
         while todo:
             for j in makers(waits_on[todo.pop()]):
                 if j not in members:
                     members.add(j)
                     todo.append(j)
-        return members
+        return frozenset(members)
 
-    members = min((closure(u) for u in stuck), key=lambda m: (len(m), sorted(m)))
-    suppliers = {j for v in members for j in producers.get(waits_on[v], ())} - members
-    return _CycleCut(tuple(sorted(members)), tuple(sorted(suppliers)))
+    cuts, taken = [], set()
+    for members in sorted({closure(u) for u in stuck}, key=lambda m: (len(m), sorted(m))):
+        if taken.isdisjoint(members):
+            taken |= members
+            suppliers = {j for v in members for j in producers.get(waits_on[v], ())} - members
+            cuts.append(_CycleCut(tuple(sorted(members)), tuple(sorted(suppliers))))
+    return cuts
 
 
 def usable(options: Sequence[Option], free: set[str]) -> list[Option]:
@@ -256,6 +263,7 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
         return Selection((), 0.0, 0.0, time.perf_counter() - start, True)
     producers = _producers(options)
     cuts: list[_CycleCut] = []
+    resolves = 0
     while True:
         remaining = time_limit - (time.perf_counter() - start)
         result = _milp(cost, *_with_cuts(matrix, lower, cuts), max(remaining, 0.0))
@@ -263,13 +271,15 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
         stuck, ready = _stuck(options, chosen, free)
         if not stuck:
             break
-        if len(cuts) == MAX_CYCLE_CUTS or time.perf_counter() - start >= time_limit:
+        if resolves == MAX_CUT_ROUNDS or time.perf_counter() - start >= time_limit:
             raise SelectionError(f"no selection that can be ordered was found after {len(cuts)} cycle cuts in "
                                  f"{time.perf_counter() - start:.1f} s: options {[options[k].key for k in stuck][:5]} "
                                  "wait on each other's outputs")
-        cuts.append(_cycle_cut(options, producers, chosen, stuck, ready))
-        log.info("BLP: the choice cannot be ordered (%s wait on each other); cycle cut %d, solving again",
-                 ", ".join(options[k].key for k in cuts[-1].members), len(cuts))
+        new = _cycle_cuts(options, producers, chosen, stuck, ready)
+        cuts += new
+        resolves += 1
+        log.info("BLP: the choice cannot be ordered (%d options wait on each other, e.g. %s); %d cycle cut(s), "
+                 "solving again", len(stuck), ", ".join(options[k].key for k in new[0].members), len(new))
     seconds = time.perf_counter() - start
     picked = tuple(options[k] for k in chosen)
     total = float(sum(o.cost for o in picked))
@@ -278,10 +288,10 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
     optimal = result.status == 0
     if optimal and total - bound <= _ROUNDING * total:
         bound = total    # the bound came back through COST_SCALE and another summation order: same optimum
-    log.info("BLP: %d options, %d constraints, chose %d, cost %.4g, %s, %d cycle cuts, in %.3f s",
+    log.info("BLP: %d options, %d constraints, chose %d, cost %.4g, %s, %d cycle cuts in %d re-solves, in %.3f s",
              len(options), len(lower) + len(cuts), len(picked), total,
-             "optimal" if optimal else f"status {result.status}", len(cuts), seconds)
-    return Selection(picked, total, min(bound, total), seconds, optimal, len(cuts))
+             "optimal" if optimal else f"status {result.status}", len(cuts), resolves, seconds)
+    return Selection(picked, total, min(bound, total), seconds, optimal, len(cuts), resolves)
 
 
 def _milp(cost: np.ndarray, matrix: sparse.csr_array, lower: np.ndarray, time_limit: float):

@@ -42,12 +42,21 @@ def _option(c: Candidate, cost: float) -> Option:
     return Option(str(list(c.nodes)), frozenset(c.inputs), frozenset(c.outputs), cost, frozenset(c.nodes))
 
 
-def _diamond() -> Graph:
-    """a = relu(x), b = sigmoid(x), c = a + b, d = a * b; outputs c and d."""
+def _diamond(copies: int = 1) -> Graph:
+    """a = relu(x), b = sigmoid(x), c = a + b, d = a * b; outputs c and d (each copy its own)."""
     b = GraphBuilder("diamond", fold=lambda node, args: evaluate(node, args))
     x = b.add_input("x", TensorType((4, 8), DType.FLOAT32))
-    relu, sigmoid = b.emit("relu", [x]), b.emit("sigmoid", [x])
-    return b.build([("c", b.emit("add", [relu, sigmoid])), ("d", b.emit("mul", [relu, sigmoid]))])
+    outputs = []
+    for k in range(copies):
+        relu, sigmoid = b.emit("relu", [x]), b.emit("sigmoid", [x])
+        outputs += [(f"c{k}", b.emit("add", [relu, sigmoid])), (f"d{k}", b.emit("mul", [relu, sigmoid]))]
+    return b.build(outputs)
+
+
+def _cheap_pairs(graph: Graph, c: Candidate) -> float:
+    """{relu, add} and {sigmoid, mul} cost 1; every other kernel 2 + its size."""
+    ops = sorted(graph.nodes[i].op for i in c.nodes)
+    return 1.0 if ops in (["add", "relu"], ["mul", "sigmoid"]) else 2.0 + c.size
 
 
 def test_fused_kernel_wins_when_cheaper_and_loses_when_not() -> None:
@@ -140,8 +149,7 @@ def test_kernels_that_wait_on_each_other_are_cut_and_the_legal_optimum_found() -
     graph = _diamond()
     ops = [n.op for n in graph.nodes]
     pair = {(ops.index("relu"), ops.index("add")), (ops.index("sigmoid"), ops.index("mul"))}
-    options = [_option(c, 1.0 if c.nodes in pair else 2.0 + c.size)
-               for c in enumerate_candidates(graph, CandidateLimits())]
+    options = [_option(c, _cheap_pairs(graph, c)) for c in enumerate_candidates(graph, CandidateLimits())]
     inputs, outputs = set(graph.inputs), list(graph.outputs)
     plain_cost, plain_keys = _best(options, _feasible, inputs, outputs)
     assert plain_keys == {str(list(n)) for n in pair} and plain_cost == 2.0
@@ -149,11 +157,21 @@ def test_kernels_that_wait_on_each_other_are_cut_and_the_legal_optimum_found() -
 
     sel = solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes)))
     assert sel.cost == pytest.approx(5.0) and sel.optimal and sel.gap == 0
-    assert sel.cycle_cuts >= 1
+    assert sel.cycle_cuts >= 1 and sel.resolves >= 1
     assert _legal(list(sel.chosen), inputs, outputs)
     steps = [Step("onnxruntime", tuple(sorted(o.nodes)), tuple(o.inputs), tuple(o.outputs), o.key, o.cost)
              for o in sel.chosen]
     assert len(order_steps(steps, graph.inputs)) == 3
+
+
+def test_independent_cycles_are_cut_in_one_round() -> None:
+    """Forty diamonds, each choosing its cheap pair: one cut each, all added before one re-solve."""
+    graph = _diamond(copies=40)
+    options = [_option(c, _cheap_pairs(graph, c)) for c in enumerate_candidates(graph, CandidateLimits())]
+    sel = solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes)))
+    assert sel.optimal and sel.cost == pytest.approx(40 * 5.0)
+    assert sel.cycle_cuts == 40 and sel.resolves == 1
+    assert _legal(list(sel.chosen), set(graph.inputs), list(graph.outputs))
 
 
 def test_ordering_steps_that_wait_on_each_other_names_the_cycle() -> None:
