@@ -67,8 +67,9 @@ MAX_CUT_ROUNDS = 100
 
 
 class SelectionError(KorchError):
-    """No set of options computes the outputs (every kernel for some value was rejected), or the
-    solver failed. The message names the value."""
+    """No set of options computes the outputs (every kernel for some value was rejected), no choice
+    could be ordered, or the solver failed. The message names the value or the options; the pipeline
+    reports rejected primitives before solving (coverage.py), with their ONNX nodes and reasons."""
 
     exit_code = ExitCode.VERIFY
 
