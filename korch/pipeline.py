@@ -26,6 +26,7 @@ from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile
 from korch.profile.prune import worth_profiling
 from korch.runtime import Session
 from korch.select import Option
+from korch.select.coverage import require_cover
 from korch.select.measured import SelectionStats, measured_selection
 from korch.settings import OptimizeSettings
 from korch.verify import DEFAULT_RTOL, PlanCheck, VerifyReport, check_plan_outputs, verify_graph
@@ -211,6 +212,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                        settings.accuracy, settings.seed, progress, onnx_source)
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)
+    require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
     boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration)
     calibrate_seconds = time.perf_counter() - t0

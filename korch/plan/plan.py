@@ -37,6 +37,8 @@ WEIGHTS_ALIGN = 4096
 _MAPPABLE = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
              onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
              onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
+# Primitives listed when an error names a step: enough to find it, short enough to read.
+_NAMED_NODES = 6
 
 
 class PlanError(KorchError):
@@ -83,9 +85,34 @@ def order_steps(steps: Iterable[Step], available: Iterable[str]) -> tuple[Step, 
                 ready.update(step.outputs)
                 break
         else:
-            missing = sorted({i for s in pending for i in s.inputs if i not in ready})
-            raise PlanError(f"steps cannot be ordered: values {missing[:5]} are never produced")
+            raise PlanError(f"steps cannot be ordered: {_why_unordered(pending, ready)}")
     return tuple(ordered)
+
+
+def _why_unordered(pending: list[Step], ready: set[str]) -> str:
+    """Values no step produces, else a cycle of steps each waiting on the next one's output."""
+    makers = {t: s for s in pending for t in s.outputs}
+    missing = sorted({i for s in pending for i in s.inputs if i not in ready and i not in makers})
+    if missing:
+        return f"values {missing[:5]} are never produced"
+    path: list[Step] = [pending[0]]
+    needs: list[str] = []
+    while True:      # every missing input has a pending maker: follow them until a step repeats
+        value = next(i for i in path[-1].inputs if i not in ready)
+        step = makers[value]
+        needs.append(value)
+        if step in path:
+            cycle = path[path.index(step):] + [step]
+            needs = needs[path.index(step):]
+            break
+        path.append(step)
+    links = ", ".join(f"{_name(a)} needs {t!r} from {_name(b)}" for a, b, t in zip(cycle, cycle[1:], needs))
+    return f"steps wait on each other in a cycle: {links}"
+
+
+def _name(step: Step) -> str:
+    shown = ", ".join(map(str, step.nodes[:_NAMED_NODES])) + (", ..." if len(step.nodes) > _NAMED_NODES else "")
+    return f"the {step.backend} kernel of primitives [{shown}]"
 
 
 def save_plan(plan: Plan, directory: str | os.PathLike) -> Path:

@@ -8,7 +8,26 @@ One 0/1 variable x_k per option (a candidate kernel on one backend) with measure
     where      avail(t) = 1 if t is a graph input (or constant), else sum_{k : t in outputs(k)} x_k
 
 A primitive may be computed by several chosen kernels (recomputation), and a kernel may have several
-outputs. Options are convex sets of a DAG, so any choice that satisfies the constraints can be ordered.
+outputs.
+
+Cycle cuts. The constraints above do not make a choice orderable, even over convex options: with
+a = relu(x), b = sigmoid(x), c = a + b, d = a * b, the kernels {relu, add} (reads b, writes a and c)
+and {sigmoid, mul} (reads a, writes b and d) satisfy every constraint and each waits on the other.
+A choice S is legal iff some order runs each option after all its inputs are free or made; running
+whatever is ready only makes more values ready, so a greedy pass decides it, and what it leaves
+stuck (U) all waits on values only stuck options make. After each solve that returns an illegal
+choice, cuts are added and the problem solved again: for a subset C of U where each v in C waits on
+a value t_v all of whose producers in S lie in C, and J the options outside C that produce some t_v,
+
+               sum_{k in C} x_k - sum_{j in J} x_j <= |C| - 1.
+
+S violates it (no j in J is chosen). It removes no legal choice: in a legal choice holding all of C,
+the first v of C to run finds t_v made earlier, by an option outside C, so one of J is chosen. (The
+plain no-good sum_{k in C} x_k <= |C| - 1 is not valid: {relu, add} and {sigmoid, mul} become legal
+with a third kernel {sigmoid} beside them, and that may be the optimum.) Since the cuts remove only
+illegal choices, the last solve's bound is a bound on the best legal choice. One round cuts every
+disjoint such C (smallest first), so independent cycles cost one re-solve, not one each. Real graphs
+rarely need a cut: none on the seven zoo instances of benchmarks/solvers.py, nor with random costs.
 
 Boundary costs. A kernel's profile is its time alone; in a plan every tensor one chosen kernel reads
 from another also costs something (korch/profile/boundaries.py, calibrated per machine). With
@@ -37,7 +56,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,11 +72,15 @@ _ROUNDING = 1e-12
 # Default solver time limit; on a timeout the best feasible selection is returned with its gap.
 DEFAULT_TIME_LIMIT_S = 60.0
 COST_SCALE = 1e6
+# Each round of cycle cuts removes at least the choice it was made from, and real graphs need none
+# (module doc); this many means a problem the cuts do not suit, reported rather than looped on.
+MAX_CUT_ROUNDS = 100
 
 
 class SelectionError(KorchError):
-    """No set of options computes the outputs (every kernel for some value was rejected), or the
-    solver failed. The message names the value."""
+    """No set of options computes the outputs (every kernel for some value was rejected), no choice
+    could be ordered, or the solver failed. The message names the value or the options; the pipeline
+    reports rejected primitives before solving (coverage.py), with their ONNX nodes and reasons."""
 
     exit_code = ExitCode.VERIFY
 
@@ -80,18 +103,33 @@ class Selection:
     seconds: float
     optimal: bool
     boundary_s: float = 0.0           # the part of `cost` that is kernel-boundary costs
+    cycle_cuts: int = 0               # cuts added because a choice could not be ordered (module doc)
+    resolves: int = 0                 # solves after the first, each after a round of cycle cuts
 
     @property
     def gap(self) -> float:
         return 0.0 if self.cost <= 0 else max(0.0, (self.cost - self.lower_bound) / self.cost)
 
 
-def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
-             required: Iterable[int] = ()) -> tuple[sparse.csr_array, np.ndarray]:
+@dataclass(frozen=True)
+class _CycleCut:
+    """sum_{k in members} x_k - sum_{j in suppliers} x_j <= len(members) - 1 (module doc)."""
+
+    members: tuple[int, ...]
+    suppliers: tuple[int, ...]
+
+
+def _producers(options: Sequence[Option]) -> dict[str, list[int]]:
     producers: dict[str, list[int]] = {}
     for k, opt in enumerate(options):
         for t in opt.outputs:
             producers.setdefault(t, []).append(k)
+    return producers
+
+
+def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
+             required: Iterable[int] = ()) -> tuple[sparse.csr_array, np.ndarray]:
+    producers = _producers(options)
     rows, cols, vals, lower = [], [], [], []
 
     def row(value: str, consumer: int | None) -> None:
@@ -127,6 +165,74 @@ def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
         lower.append(1.0)
     matrix = sparse.csr_array((vals, (rows, cols)), shape=(len(lower), len(options)))
     return matrix, np.array(lower)
+
+
+def _with_cuts(matrix: sparse.csr_array, lower: np.ndarray,
+               cuts: Sequence[_CycleCut]) -> tuple[sparse.csr_array, np.ndarray]:
+    """The constraints plus each cut, written as -sum(members) + sum(suppliers) >= 1 - |members|."""
+    if not cuts:
+        return matrix, lower
+    rows, cols, vals = [], [], []
+    for r, cut in enumerate(cuts):
+        for k in cut.members:
+            rows.append(r), cols.append(k), vals.append(-1.0)
+        for j in cut.suppliers:
+            rows.append(r), cols.append(j), vals.append(1.0)
+    extra = sparse.csr_array((vals, (rows, cols)), shape=(len(cuts), matrix.shape[1]))
+    return sparse.vstack([matrix, extra], format="csr"), np.concatenate(
+        [lower, [1.0 - len(cut.members) for cut in cuts]])
+
+
+def _stuck(options: Sequence[Option], chosen: Sequence[int], free: set[str]) -> tuple[list[int], set[str]]:
+    """The chosen options no order can run, and the values the others make (with the free ones).
+
+    Running whatever is ready only makes more values ready, so this greedy pass runs every option
+    that some order could run: the choice is legal iff nothing is left stuck."""
+    ready = set(free)
+    waiting = {k: set(options[k].inputs) - ready for k in chosen}
+    readers: dict[str, list[int]] = {}
+    for k, missing in waiting.items():
+        for t in missing:
+            readers.setdefault(t, []).append(k)
+    runnable = [k for k, missing in waiting.items() if not missing]
+    while runnable:
+        for t in options[runnable.pop()].outputs - ready:
+            ready.add(t)
+            for r in readers.get(t, ()):
+                waiting[r].discard(t)
+                if not waiting[r]:
+                    runnable.append(r)
+    return [k for k in chosen if waiting[k]], ready
+
+
+def _cycle_cuts(options: Sequence[Option], producers: Mapping[str, Sequence[int]], chosen: Sequence[int],
+                stuck: Sequence[int], ready: set[str]) -> list[_CycleCut]:
+    """The cuts of the module doc for an illegal choice: C ranges over disjoint closed sets of stuck
+    options, smallest first."""
+    in_choice = set(chosen)
+
+    def makers(t: str) -> list[int]:      # all stuck: a value a running option made would be ready
+        return [j for j in producers.get(t, ()) if j in in_choice]
+
+    # each stuck option waits on the missing input with the fewest chosen producers: small closures
+    waits_on = {u: min(sorted(options[u].inputs - ready), key=lambda t: len(makers(t))) for u in stuck}
+
+    def closure(u: int) -> frozenset[int]:
+        members, todo = {u}, [u]
+        while todo:
+            for j in makers(waits_on[todo.pop()]):
+                if j not in members:
+                    members.add(j)
+                    todo.append(j)
+        return frozenset(members)
+
+    cuts, taken = [], set()
+    for members in sorted({closure(u) for u in stuck}, key=lambda m: (len(m), sorted(m))):
+        if taken.isdisjoint(members):
+            taken |= members
+            suppliers = {j for v in members for j in producers.get(waits_on[v], ())} - members
+            cuts.append(_CycleCut(tuple(sorted(members)), tuple(sorted(suppliers))))
+    return cuts
 
 
 # (producer engine, consumer engine, value name) -> seconds
@@ -184,11 +290,13 @@ def usable(options: Sequence[Option], free: set[str]) -> list[Option]:
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
           required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
           boundary: BoundaryCost | None = None) -> Selection:
-    """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`.
+    """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`, in
+    some order (cycle cuts, module doc).
 
     `required`: primitives every plan computes (all ancestors of the outputs); they add the cover
-    cuts, which need `Option.nodes`. `boundary`: what a tensor costs crossing from a kernel of one
-    engine to one of another (module doc); it needs `Option.engine`. The selection's cost includes it.
+    cuts, which need `Option.nodes`. `time_limit` covers every solve, re-solves after cuts included.
+    `boundary`: what a tensor costs crossing from a kernel of one engine to one of another (module
+    doc); it needs `Option.engine`. The selection's cost includes it.
     """
     start = time.perf_counter()
     free = set(graph_inputs)
@@ -220,28 +328,53 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
         links = sparse.csr_array((vals, (rows, cols)), shape=(m, n + m))
         matrix = sparse.vstack([sparse.hstack([matrix, sparse.csr_array((matrix.shape[0], m))]), links]).tocsr()
         lower = np.concatenate([lower, -np.ones(m)])
-    result = milp(cost, integrality=np.concatenate([np.ones(n), np.zeros(m)]), bounds=Bounds(0, 1),
-                  constraints=[LinearConstraint(matrix, lower, np.inf)] if len(lower) else [],
-                  options={"time_limit": time_limit, "mip_rel_gap": 0.0, "disp": False})
+    integrality = np.concatenate([np.ones(n), np.zeros(m)])
+    producers = _producers(options)
+    cuts: list[_CycleCut] = []
+    resolves = 0
+    while True:
+        remaining = time_limit - (time.perf_counter() - start)
+        result = _milp(cost, integrality, *_with_cuts(matrix, lower, cuts), max(remaining, 0.0))
+        chosen = [k for k in range(n) if result.x[k] > 0.5]
+        stuck, ready = _stuck(options, chosen, free)
+        if not stuck:
+            break
+        if resolves == MAX_CUT_ROUNDS or time.perf_counter() - start >= time_limit:
+            raise SelectionError(f"no selection that can be ordered was found after {len(cuts)} cycle cuts in "
+                                 f"{time.perf_counter() - start:.1f} s: options {[options[k].key for k in stuck][:5]} "
+                                 "wait on each other's outputs")
+        new = _cycle_cuts(options, producers, chosen, stuck, ready)
+        cuts += new
+        resolves += 1
+        log.info("BLP: the choice cannot be ordered (%d options wait on each other, e.g. %s); %d cycle cut(s), "
+                 "solving again", len(stuck), ", ".join(options[k].key for k in new[0].members), len(new))
     seconds = time.perf_counter() - start
-    if result.x is None:
-        raise SelectionError(f"the solver found no feasible selection: {result.message}")
-    picked = [k for k in range(n) if result.x[k] > 0.5]
-    chosen = tuple(options[k] for k in picked)
-    crossing_s = _crossing_cost(crossings, set(picked))
-    boundary_s = float(sum(crossings.own[k] for k in picked)) + crossing_s
-    total = float(sum(o.cost for o in chosen)) + boundary_s
+    picked = tuple(options[k] for k in chosen)
+    boundary_s = float(sum(crossings.own[k] for k in chosen)) + _crossing_cost(crossings, set(chosen))
+    total = float(sum(o.cost for o in picked)) + boundary_s
     dual = getattr(result, "mip_dual_bound", None)
     bound = total if dual is None or not np.isfinite(dual) else float(dual) / COST_SCALE
     optimal = result.status == 0
     if optimal and total - bound <= _ROUNDING * total:
         bound = total    # the bound came back through COST_SCALE and another summation order: same optimum
     log.info("BLP: %d options, %d constraints, %d boundary variables, chose %d, cost %.4g (boundaries %.4g), "
-             "%s in %.3f s", n, len(lower), m, len(chosen), total, boundary_s,
-             "optimal" if optimal else f"status {result.status}", seconds)
-    return Selection(chosen, total, min(bound, total), seconds, optimal, boundary_s)
+             "%s, %d cycle cuts in %d re-solves, in %.3f s", n, len(lower) + len(cuts), m, len(picked), total,
+             boundary_s, "optimal" if optimal else f"status {result.status}", len(cuts), resolves, seconds)
+    return Selection(picked, total, min(bound, total), seconds, optimal, boundary_s, len(cuts), resolves)
 
 
 def _crossing_cost(crossings: _Crossings, picked: set[int]) -> float:
     return float(sum(c for c, k, makers in zip(crossings.cost, crossings.consumer, crossings.producers)
                      if k in picked and any(j in picked for j in makers)))
+
+
+def _milp(cost: np.ndarray, integrality: np.ndarray, matrix: sparse.csr_array, lower: np.ndarray,
+          time_limit: float):
+    """One HiGHS solve of min cost.x subject to matrix x >= lower, 0 <= x <= 1, integral where
+    `integrality` says; raises if it finds no choice."""
+    result = milp(cost, integrality=integrality, bounds=Bounds(0, 1),
+                  constraints=[LinearConstraint(matrix, lower, np.inf)] if len(lower) else [],
+                  options={"time_limit": time_limit, "mip_rel_gap": 0.0, "disp": False})
+    if result.x is None:
+        raise SelectionError(f"the solver found no feasible selection: {result.message}")
+    return result
