@@ -13,8 +13,10 @@ import korch.runtime as runtime
 from korch import __version__, zoo
 from korch.cli import main
 from korch.errors import ExitCode
-from korch.pipeline import optimize
-from korch.plan import PlanError, load_plan, save_plan
+from korch.candidates import RegionLimits, region_candidates
+from korch.frontend.regions import OnnxSource
+from korch.pipeline import optimize, run_fission
+from korch.plan import Plan, PlanError, Step, load_plan, save_plan
 from korch.ir.serialize import LazyConstants
 from korch.plan.plan import EXTERNAL_MIN_BYTES
 from korch.profile.database import ProfileDB, machine_fingerprint
@@ -100,6 +102,33 @@ def test_saved_plan_maps_its_weights_instead_of_copying_them(db: ProfileDB, tmp_
         f.truncate(100)
     with pytest.raises(PlanError, match="damaged"):
         runtime.load(tmp_path / "plan")
+
+
+def test_whole_model_plan_leaves_its_folded_weights_to_the_engine(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt-mini's logits read token.weight transposed, a value fission folds to a constant. A saved
+    plan of one onnxruntime kernel running the whole model lets onnxruntime fold it from the mapped
+    weights file: loading and running the plan reads no large array from constants.npz (gpt2-small's
+    transposed weight is 147 MB, copied three more times on its way into the engine)."""
+    model = zoo.to_model_proto("gpt-mini")
+    fissioned = run_fission(model)
+    graph = fissioned.graph
+    initializers = {t.name for t in fissioned.model.graph.initializer}
+    folded = [c for c, a in graph.constants.items() if a.nbytes >= EXTERNAL_MIN_BYTES and c not in initializers]
+    assert folded, "no large folded weight: the test would prove nothing"
+    whole = next(c for c in region_candidates(graph, RegionLimits()) if c.size == len(graph.nodes))
+    step = Step("onnxruntime", whole.nodes, whole.inputs, whole.outputs, whole.key, 0.0, whole.onnx_nodes)
+    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+    save_plan(Plan(graph, (step,), 1, machine_fingerprint(), __version__, source), tmp_path / "plan")
+    read: list[np.ndarray] = []
+    real_getitem = LazyConstants.__getitem__
+    monkeypatch.setattr(LazyConstants, "__getitem__", lambda self, name: read.append(real_getitem(self, name)) or read[-1])
+    session = runtime.load(tmp_path / "plan")
+    feeds = random_feeds(graph, seed=int(np.random.default_rng().integers(2**31)))
+    got = dict(zip(graph.outputs, session.run(None, feeds)))
+    assert [a.nbytes for a in read if a.nbytes >= EXTERNAL_MIN_BYTES] == []
+    for diff in diff_outputs(got, run_onnxruntime(model, feeds)):
+        assert diff.rel <= DEFAULT_RTOL, diff
 
 
 def test_plan_is_the_split_plan_or_one_engines_whole_model_and_says_why(tmp_path: Path) -> None:
