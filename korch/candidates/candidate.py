@@ -52,7 +52,8 @@ def extract_subgraph(graph: Graph, candidate: Candidate) -> Graph:
     """The candidate as a standalone graph: its inputs as graph inputs, its constants, its outputs."""
     nodes = tuple(graph.nodes[i] for i in candidate.nodes)
     used = {v for n in nodes for v in n.inputs}
-    constants = {k: v for k, v in graph.constants.items() if k in used}
+    # Read only the constants the nodes use: a loaded plan reads each from its file on first use.
+    constants = {k: graph.constants[k] for k in graph.constants if k in used}
     names = set(candidate.inputs) | set(constants) | {n.output for n in nodes}
     types = {k: graph.types[k] for k in names}
     return Graph(f"{graph.name}:{candidate.key[:12]}", candidate.inputs, candidate.outputs, nodes,

@@ -2,7 +2,9 @@
 
 The region model's inputs and outputs carry the primitive-graph names of the candidate's boundary
 values, so its kernel slots into a plan like any other. ONNX values that fission folded to constants
-(shape arithmetic, weight preprocessing) are embedded as initializers.
+are embedded as initializers (shape arithmetic), except a large one that original nodes compute from
+initializers alone (weight preprocessing, such as a transposed weight): those nodes go into the
+region model, and the engine folds the value from the weights itself.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from korch.candidates import Candidate
 from korch.frontend.engines import node_key
 from korch.ir.graph import OUTPUT_COPY, Graph
 from korch.ir.onnx_export import value_info
+
+
+# A folded value at least this large is weight data, worth leaving to the engine to fold (see
+# _weight_preprocessing); smaller ones (shapes, scalars) are embedded. The bound at which a saved plan
+# moves an initializer into its weights file.
+FOLDED_WEIGHT_MIN_BYTES = 1024
 
 
 class RegionError(ValueError):
@@ -46,6 +54,10 @@ def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx
         raise RegionError(f"{len(wanted) - len(nodes)} region nodes are not in the model")
     produced = {o for n in nodes for o in n.output if o}
     initializers = {i.name: i for i in source.model.graph.initializer}
+    folding = _weight_preprocessing(source, graph, nodes, produced, initializers)
+    if folding:
+        nodes = [n for n in source.model.graph.node if node_key(n) in wanted or node_key(n) in folding]
+        produced = {o for n in nodes for o in n.output if o}
     boundary_in = set(candidate.inputs)
     rename: dict[str, str] = {}
     by_prim: dict[str, str] = {}
@@ -109,3 +121,45 @@ def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx
     model = helper.make_model(g, opset_imports=list(source.model.opset_import), producer_name="korch-region")
     model.ir_version = source.model.ir_version
     return model
+
+
+def _weight_preprocessing(source: OnnxSource, graph: Graph, nodes: list[onnx.NodeProto], produced: set[str],
+                          initializers: Mapping[str, onnx.TensorProto]) -> set[str]:
+    """Keys of the original nodes outside the region that compute, from initializers alone, a large
+    value the region reads. Fission folded that value to a constant; embedded in the region model it
+    would be a second copy of the weight, copied again on its way into the engine (the protobuf, its
+    serialization, the engine's reader), and a saved plan would read it from its constants instead of
+    mapping its weights file. With these nodes the engine folds it from the (mapped) weights once, as
+    it does running the whole model. gpt2-small's tied logits read token.weight transposed (147 MB):
+    its whole model on OpenVINO peaked at 1274 MB embedded, 757 MB folded by OpenVINO."""
+    producers = {o: n for n in source.model.graph.node for o in n.output if o}
+    keys: set[str] = set()
+    for node in nodes:
+        for name in node.input:
+            prim = source.value_map.get(name)
+            if not name or name in produced or name in initializers or prim not in graph.constants:
+                continue
+            t = graph.types[prim]
+            if t.size * t.dtype.numpy.itemsize < FOLDED_WEIGHT_MIN_BYTES:
+                continue
+            keys.update(_nodes_from_initializers(name, producers, initializers) or ())
+    return keys
+
+
+def _nodes_from_initializers(name: str, producers: Mapping[str, onnx.NodeProto],
+                             initializers: Mapping[str, onnx.TensorProto]) -> set[str] | None:
+    """Keys of the original nodes that compute ONNX value `name` from initializers alone, or None if
+    they read anything else (a graph input, through its shape)."""
+    keys: set[str] = set()
+    pending = [name]
+    while pending:
+        value = pending.pop()
+        if value in initializers:
+            continue
+        node = producers.get(value)
+        if node is None:
+            return None
+        if node_key(node) not in keys:
+            keys.add(node_key(node))
+            pending.extend(i for i in node.input if i)
+    return keys

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -52,13 +53,17 @@ class ConstantsError(KorchError):
 
 class LazyConstants(Mapping[str, np.ndarray]):
     """Constants read from an .npz archive on first use (read-only), so a loaded plan whose kernels
-    carry their own weights (onnxruntime regions) never reads them. Keeps the archive open."""
+    carry their own weights (onnxruntime regions) never reads them. Keeps the archive open.
+
+    An array read is shared while someone holds it and freed after: a kernel compiled from
+    primitives keeps its own copy of its weights (onnxruntime's session, Inductor's frozen
+    parameters), so a cache holding every array read would double them for the session's life."""
 
     def __init__(self, path: Path, names: Sequence[str]) -> None:
         self._path = path
         self._archive = np.load(path, allow_pickle=False)
         self._members = {n: f"c{k}" for k, n in enumerate(names)}
-        self._loaded: dict[str, np.ndarray] = {}
+        self._loaded: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
 
     def __getitem__(self, name: str) -> np.ndarray:
         array = self._loaded.get(name)

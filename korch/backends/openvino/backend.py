@@ -50,6 +50,7 @@ A; µs median [p10-p90], and the ratio to B alone):
 from __future__ import annotations
 
 import logging
+import mmap
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,7 +61,7 @@ import openvino as ov
 from onnx import helper
 
 from korch.backends.base import Backend, CompileOptions, Kernel
-from korch.backends.openvino.weights import bind_constants, detach_external, external_initializers
+from korch.backends.openvino.weights import bind_constants, detach_external, external_initializers, release_pages
 from korch.ir.graph import Graph
 from korch.ir.onnx_export import to_onnx
 from korch.ir.ops import PrimClass
@@ -174,11 +175,12 @@ class OpenVinoBackend(Backend):
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
                      options: CompileOptions, external_dir: Path | None = None) -> Kernel:
         """Compile an ONNX model (a region's original nodes, or a whole model) for `threads` threads."""
-        ov_model, keep = self.read(model, external_dir)
+        ov_model, keep, maps = self.read(model, external_dir)
         try:
             compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
         except RuntimeError as e:
             raise _failure("compile the model", e) from None
+        release_pages(maps)         # the plugin has its own copy of what it read (see weights.py)
         positions = _output_indices(model, compiled, outputs)
         dtypes = [np.dtype(helper.tensor_dtype_to_np_dtype(model.graph.output[k].type.tensor_type.elem_type))
                   for k in positions]
@@ -195,16 +197,18 @@ class OpenVinoBackend(Backend):
         kernel = OpenVinoKernel(compiled, range(len(compiled.inputs)), range(len(compiled.outputs)), dtypes)
         return kernel, [port.get_any_name() for port in compiled.inputs]
 
-    def read(self, model: onnx.ModelProto, external_dir: Path | None) -> tuple[ov.Model, list[np.ndarray]]:
-        """The model in OpenVINO's form, and the mapped weight arrays it shares (see weights.py)."""
+    def read(self, model: onnx.ModelProto,
+             external_dir: Path | None) -> tuple[ov.Model, list[np.ndarray], list[mmap.mmap]]:
+        """The model in OpenVINO's form, the mapped weight arrays it shares and their maps (see weights.py)."""
         arrays: dict[str, np.ndarray] = {}
+        maps: list[mmap.mmap] = []
         if external_initializers(model):
             if external_dir is None:
                 raise OpenVinoError("the model has EXTERNAL initializers but no directory to read them from")
-            model, arrays = detach_external(model, external_dir)
+            model, arrays, maps = detach_external(model, external_dir)
         try:
             ov_model = self.core.read_model(model.SerializeToString())
             bind_constants(ov_model, arrays)
         except RuntimeError as e:
             raise _failure("read the model", e) from None
-        return ov_model, list(arrays.values())
+        return ov_model, list(arrays.values()), maps

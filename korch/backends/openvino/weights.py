@@ -13,11 +13,17 @@ Measured on bert-base (436 MB of weights, whole model, 2 threads, peak RSS of a 
 this way 885 MB; the same model from its .onnx file with embedded weights 936 MB; the weights
 read into the ModelProto and passed as bytes (inlined) 1779 MB. The plugin keeps its own copy of
 the weights in its layouts, so ~2x the weights is OpenVINO's floor either way.
+
+Once compiled, the plugin reads few of the mapped pages again (an embedding's rows), yet every page
+it read stays resident in this process. `release_pages` drops them: the map is private and never
+written, so a page read again comes back from the file. Measured after 5 runs (2 threads): vit-b16
+480 MB resident instead of 809, gpt2-small 520 instead of 810 (its peak, 757, is then the compile's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import mmap
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -30,13 +36,14 @@ def external_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     return [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
-def detach_external(model: onnx.ModelProto, directory: Path) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """A copy of `model` whose EXTERNAL initializers are graph inputs, and their data as read-only-in-
+def detach_external(model: onnx.ModelProto,
+                    directory: Path) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[mmap.mmap]]:
+    """A copy of `model` whose EXTERNAL initializers are graph inputs, their data as read-only-in-
     practice views of the mapped files (copy-on-write maps: OpenVINO's Constant wants writable memory
-    and never writes to it)."""
+    and never writes to it), and the maps."""
     external = external_initializers(model)
     names = {t.name for t in external}
-    maps: dict[str, np.memmap] = {}
+    maps: dict[str, mmap.mmap] = {}
     arrays: dict[str, np.ndarray] = {}
     for tensor in external:
         info = {e.key: e.value for e in tensor.external_data}
@@ -44,8 +51,9 @@ def detach_external(model: onnx.ModelProto, directory: Path) -> tuple[onnx.Model
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
         count = int(np.prod(tuple(tensor.dims), dtype=np.int64))
         if location not in maps:
-            maps[location] = np.memmap(directory / location, dtype=np.uint8, mode="c")
-        whole = maps[location]
+            with open(directory / location, "rb") as f:
+                maps[location] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        whole = np.frombuffer(maps[location], dtype=np.uint8)
         if offset + count * dtype.itemsize > whole.size:
             raise ValueError(f"initializer {tensor.name!r} lies past the end of {location}")
         arrays[tensor.name] = whole[offset:offset + count * dtype.itemsize].view(dtype).reshape(tuple(tensor.dims))
@@ -57,7 +65,16 @@ def detach_external(model: onnx.ModelProto, directory: Path) -> tuple[onnx.Model
     declared = {i.name for i in detached.graph.input}
     detached.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                                 for t in external if t.name not in declared)
-    return detached, arrays
+    return detached, arrays, list(maps.values())
+
+
+def release_pages(maps: Iterable[mmap.mmap]) -> None:
+    """Drop this process's pages of `maps` (see the module docstring); a page read again is read from
+    its file. Only for maps nothing has written to: a written page would lose its changes."""
+    if not hasattr(mmap, "MADV_DONTNEED"):       # not on every platform; the pages then stay
+        return
+    for m in maps:
+        m.madvise(mmap.MADV_DONTNEED)
 
 
 def bind_constants(model: ov.Model, arrays: Mapping[str, np.ndarray]) -> None:
