@@ -312,9 +312,9 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
                 raise SelectionError(f"graph output {t!r} cannot be computed: the options that compute it need "
                                      f"{missing[:5]}, which no usable option produces")
     options = kept
+    matrix, lower = _problem(options, free, graph_outputs, required)    # raises if an output has no producer
     if not options:
         return Selection((), 0.0, 0.0, time.perf_counter() - start, True)
-    matrix, lower = _problem(options, free, graph_outputs, required)
     crossings = _crossings(options, free, boundary)
     n, m = len(options), len(crossings.cost)
     # Costs are seconds (~1e-6); scaled to microseconds so the solver's absolute tolerances mean little.

@@ -96,3 +96,11 @@ def test_priced_optimum_matches_brute_force_on_random_chains(seed: int) -> None:
     assert sel.optimal
     assert sel.cost == pytest.approx(best, rel=1e-6)
     assert sel.cost == pytest.approx(_plan_cost(list(sel.chosen), {"x"}, boundary), rel=1e-9)
+
+
+def test_no_options_for_an_output_is_an_error_not_an_empty_plan() -> None:
+    from korch.select import SelectionError
+
+    with pytest.raises(SelectionError, match="produced by no option"):
+        solve([], {"x"}, ["y"], boundary=lambda p, c, v: 0.0)
+    assert solve([], {"x"}, ["x"]).chosen == ()
