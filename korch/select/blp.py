@@ -27,7 +27,8 @@ plain no-good sum_{k in C} x_k <= |C| - 1 is not valid: {relu, add} and {sigmoid
 with a third kernel {sigmoid} beside them, and that may be the optimum.) Since the cuts remove only
 illegal choices, the last solve's bound is a bound on the best legal choice. One round cuts every
 disjoint such C (smallest first), so independent cycles cost one re-solve, not one each. Real graphs
-rarely need a cut: none on the seven zoo instances of benchmarks/solvers.py, nor with random costs.
+rarely need a cut: none on the seven zoo instances of benchmarks/solvers.py, nor on candy and
+yolox-nano with random costs.
 
 Cover cuts. Every primitive that some graph output depends on is computed by at least one chosen
 kernel in every feasible plan (a kernel computes its primitives from its inputs alone, so the chain
