@@ -27,7 +27,8 @@ plain no-good sum_{k in C} x_k <= |C| - 1 is not valid: {relu, add} and {sigmoid
 with a third kernel {sigmoid} beside them, and that may be the optimum.) Since the cuts remove only
 illegal choices, the last solve's bound is a bound on the best legal choice. One round cuts every
 disjoint such C (smallest first), so independent cycles cost one re-solve, not one each. Real graphs
-rarely need a cut: none on the seven zoo instances of benchmarks/solvers.py, nor with random costs.
+rarely need a cut: none on the seven zoo instances of benchmarks/solvers.py, nor on candy and
+yolox-nano with random costs.
 
 Boundary costs. A kernel's profile is its time alone; in a plan every tensor one chosen kernel reads
 from another also costs something (korch/profile/boundaries.py, calibrated per machine). With
