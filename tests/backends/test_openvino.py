@@ -5,6 +5,8 @@ mixing engines; a model it cannot compile is a rejection with OpenVINO's reason.
 from __future__ import annotations
 
 import json
+import mmap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ import korch  # noqa: E402
 from korch import __version__  # noqa: E402
 from korch.backends import CompileOptions, get_backend  # noqa: E402
 from korch.backends.openvino import OpenVinoError  # noqa: E402
+from korch.backends.openvino.weights import dropping_pages  # noqa: E402
 from korch.backends.reference import run_graph  # noqa: E402
 from korch.candidates import Candidate, RegionLimits, region_candidates  # noqa: E402
 from korch.frontend.regions import OnnxSource, region_model  # noqa: E402
@@ -341,6 +344,26 @@ def test_saved_plan_on_openvino_reads_its_external_weights(tmp_path: Path) -> No
         assert feeds["input_ids"].dtype == np.int64 and len(np.unique(feeds["input_ids"])) > 1
         got = dict(zip(plan.graph.outputs, session.run(None, feeds)))
         assert max(d.rel for d in diff_outputs(got, run_onnxruntime(model, feeds))) <= PLAN_RTOL
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="resident pages are read from /proc/self/smaps")
+def test_weight_pages_are_dropped_while_openvino_compiles_and_read_back_unchanged(tmp_path: Path) -> None:
+    """dropping_pages drops the map's pages while its block runs (the compile), not only after it, and a
+    page read again holds the file's bytes."""
+    data = np.random.default_rng().standard_normal(64 * 1024).astype(F32)
+    path = tmp_path / "weights.bin"
+    data.tofile(path)
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    view = np.frombuffer(mapped, dtype=F32)
+    with dropping_pages([mapped], interval_s=0.01):
+        assert np.array_equal(view, data)               # reads every page
+        deadline = time.monotonic() + 10.0              # generous: a busy machine delays the dropping thread
+        while _resident_kb(path) > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _resident_kb(path) == 0
+        assert np.array_equal(view, data)
+    assert _resident_kb(path) == 0
 
 
 def test_bench_lists_the_openvino_peer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -61,7 +61,7 @@ import openvino as ov
 from onnx import helper
 
 from korch.backends.base import Backend, CompileOptions, Kernel
-from korch.backends.openvino.weights import bind_constants, detach_external, external_initializers, release_pages
+from korch.backends.openvino.weights import bind_constants, detach_external, dropping_pages, external_initializers
 from korch.ir.graph import Graph
 from korch.ir.onnx_export import to_onnx
 from korch.ir.ops import PrimClass
@@ -177,10 +177,10 @@ class OpenVinoBackend(Backend):
         """Compile an ONNX model (a region's original nodes, or a whole model) for `threads` threads."""
         ov_model, keep, maps = self.read(model, external_dir)
         try:
-            compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
+            with dropping_pages(maps):       # the plugin copies the weights it reads (see weights.py)
+                compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
         except RuntimeError as e:
             raise _failure("compile the model", e) from None
-        release_pages(maps)         # the plugin has its own copy of what it read (see weights.py)
         positions = _output_indices(model, compiled, outputs)
         dtypes = [np.dtype(helper.tensor_dtype_to_np_dtype(model.graph.output[k].type.tensor_type.elem_type))
                   for k in positions]

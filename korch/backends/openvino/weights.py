@@ -14,22 +14,32 @@ this way 885 MB; the same model from its .onnx file with embedded weights 936 MB
 read into the ModelProto and passed as bytes (inlined) 1779 MB. The plugin keeps its own copy of
 the weights in its layouts, so ~2x the weights is OpenVINO's floor either way.
 
-Once compiled, the plugin reads few of the mapped pages again (an embedding's rows), yet every page
-it read stays resident in this process. `release_pages` drops them: the map is private and never
-written, so a page read again comes back from the file. Measured after 5 runs (2 threads): vit-b16
-480 MB resident instead of 809, gpt2-small 520 instead of 810 (its peak, 757, is then the compile's).
+That floor is the end of the compile: the plugin has copied each weight into its layouts, and every
+page it read through the map is still resident beside the copies, though few are read again (an
+embedding's rows). `dropping_pages` drops this process's pages of the map while the plugin compiles
+and once after: the map is private and never written (OpenVINO maps its own IR weights read-only,
+PROT_READ in src/common/util/src/os/lin/lin_mmap_object.cpp, and shares them the same way), so a
+page read again comes back from the file, unchanged. Peak RSS of a fresh process (korch.bench_rss,
+whole-model plans, 2 threads), not dropping -> dropping: bert-base 888 -> 527 MB, vit-b16 810 -> 525,
+gpt2-small 810 -> 515 (onnxruntime from the .onnx file: 720, 517-663, 706); compile times unchanged.
 """
 
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import onnx
 import openvino as ov
 from onnx import helper
+
+# How often pages are dropped while OpenVINO compiles: what it read in the last interval is resident
+# at once. bert-base's whole model peaked at 501 MB at 50 ms, 487 at 10 ms, 884 dropping only after.
+DROP_INTERVAL_S = 0.05
 
 
 def external_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:
@@ -68,13 +78,33 @@ def detach_external(model: onnx.ModelProto,
     return detached, arrays, list(maps.values())
 
 
-def release_pages(maps: Iterable[mmap.mmap]) -> None:
-    """Drop this process's pages of `maps` (see the module docstring); a page read again is read from
-    its file. Only for maps nothing has written to: a written page would lose its changes."""
-    if not hasattr(mmap, "MADV_DONTNEED"):       # not on every platform; the pages then stay
+@contextmanager
+def dropping_pages(maps: Sequence[mmap.mmap], interval_s: float = DROP_INTERVAL_S) -> Iterator[None]:
+    """Drop this process's pages of `maps` every `interval_s` while the block runs (a compile, which
+    releases the GIL) and once after it; a page read again is read from its file (see the module
+    docstring). Only for maps nothing writes to: a written page would lose its changes."""
+    if not maps or not hasattr(mmap, "MADV_DONTNEED"):      # not on every platform; the pages then stay
+        yield
         return
-    for m in maps:
-        m.madvise(mmap.MADV_DONTNEED)
+
+    def drop() -> None:
+        for m in maps:
+            m.madvise(mmap.MADV_DONTNEED)
+
+    stop = threading.Event()
+
+    def keep_dropping() -> None:
+        while not stop.wait(interval_s):
+            drop()
+
+    thread = threading.Thread(target=keep_dropping, name="korch-openvino-drop-pages", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        drop()
 
 
 def bind_constants(model: ov.Model, arrays: Mapping[str, np.ndarray]) -> None:
