@@ -27,7 +27,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -83,10 +83,10 @@ class Sample:
 
 @dataclass(frozen=True)
 class BoundaryModel:
-    """Fitted boundary costs per (producer, consumer, layout); an unknown pair costs nothing."""
+    """Fitted boundary costs per (producer, consumer, layout); an unknown pair costs nothing (so the
+    empty model prices every boundary at zero)."""
 
-    threads: int
-    lines: Mapping[tuple[str, str, str], Line]
+    lines: Mapping[tuple[str, str, str], Line] = field(default_factory=dict)
 
     def cost(self, producer: str, consumer: str, t: TensorType) -> float:
         layout = BLOCKED if len(t.shape) == 4 else PLAIN
@@ -94,10 +94,6 @@ class BoundaryModel:
         # A data-dependent size is unknown before the run: its fixed cost only.
         nbytes = t.size * np.dtype(t.dtype.numpy).itemsize if t.is_static else 0
         return 0.0 if line is None else line(nbytes)
-
-    @staticmethod
-    def none(threads: int) -> BoundaryModel:
-        return BoundaryModel(threads, {})
 
 
 def versions(engines: Iterable[str]) -> str:
@@ -205,7 +201,7 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
             sorted(samples, key=lambda s: (s.layout, s.producer, s.consumer)),
             key=lambda s: (s.layout, s.producer, s.consumer)):
         lines[(producer, consumer, layout)] = fit(list(group))
-    return BoundaryModel(threads, lines), samples
+    return BoundaryModel(lines), samples
 
 
 def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
@@ -215,7 +211,7 @@ def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
     stored = db.get_boundaries(machine, threads, key)
     pairs = {(p, c) for p, c in itertools.combinations_with_replacement(sorted(engines), 2)}
     if stored is not None and pairs <= {(p, c) for p, c, _ in stored}:
-        return BoundaryModel(threads, stored)
+        return BoundaryModel(stored)
     log.info("calibrating kernel-boundary costs for %s at %d threads (once per machine)", ", ".join(engines), threads)
     t0 = time.perf_counter()
     model, _ = calibrate(engines, threads, settings)

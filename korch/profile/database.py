@@ -242,7 +242,11 @@ class ProfileDB:
         if not rows:
             return
         names = _KEY_COLUMNS + _VALUE_COLUMNS
-        sql = f"INSERT OR REPLACE INTO profiles ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+        self._write_many(f"INSERT OR REPLACE INTO profiles ({', '.join(names)}) "
+                         f"VALUES ({', '.join('?' * len(names))})", rows)
+
+    def _write_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        """Run `sql` for every row in one transaction: all committed when this returns, or none."""
         conn = self._connection()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -279,21 +283,11 @@ class ProfileDB:
 
     def put_boundaries(self, machine: str, threads: int, versions: str,
                        lines: Mapping[tuple[str, str, str], Line]) -> None:
-        conn = self._connection()
         now = time.time()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany("INSERT OR REPLACE INTO boundaries (machine, threads, versions, producer, consumer, "
-                                 "layout, fixed_s, s_per_byte, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                 [(machine, threads, versions, p, c, layout, line.fixed_s, line.s_per_byte, now)
-                                  for (p, c, layout), line in lines.items()])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as e:
-            raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
+        self._write_many("INSERT OR REPLACE INTO boundaries (machine, threads, versions, producer, consumer, layout, "
+                         "fixed_s, s_per_byte, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         [(machine, threads, versions, p, c, layout, line.fixed_s, line.s_per_byte, now)
+                          for (p, c, layout), line in lines.items()])
 
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM profiles", ())[0][0])

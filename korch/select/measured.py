@@ -157,7 +157,7 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     """The fastest plan as measured: the best split plan or one engine's whole model (module doc).
     `boundaries`: the machine's calibrated boundary costs (None: boundaries cost nothing)."""
     ctx = _Context(graph, options, steps, source, settings, machine,
-                   boundaries if boundaries is not None else BoundaryModel.none(settings.threads))
+                   boundaries if boundaries is not None else BoundaryModel())
     problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:

@@ -23,7 +23,7 @@ TINY = CalibrationSettings(sides=(8, 12), blocks=3, rounds=1)
 
 
 def test_cost_picks_the_layout_by_rank_clamps_at_zero_and_reads_pairs_both_ways() -> None:
-    model = BoundaryModel(1, {("a", "b", BLOCKED): Line(1e-5, 1e-9), ("a", "b", PLAIN): Line(-1e-5, 1e-9),
+    model = BoundaryModel({("a", "b", BLOCKED): Line(1e-5, 1e-9), ("a", "b", PLAIN): Line(-1e-5, 1e-9),
                               ("a", "a", PLAIN): Line(2e-6, 0.0)})
     four_d = TensorType((1, 2, 3, 4), DType.FLOAT32)          # 96 bytes
     flat = TensorType((24,), DType.FLOAT32)
@@ -32,7 +32,7 @@ def test_cost_picks_the_layout_by_rank_clamps_at_zero_and_reads_pairs_both_ways(
     assert model.cost("a", "b", flat) == 0.0                   # the line is negative there: never below zero
     assert model.cost("a", "a", flat) == pytest.approx(2e-6)
     assert model.cost("a", "c", flat) == 0.0                   # no calibration for the pair: nothing
-    assert BoundaryModel.none(1).cost("a", "b", four_d) == 0.0
+    assert BoundaryModel().cost("a", "b", four_d) == 0.0
 
 
 def test_fit_is_a_least_squares_line() -> None:
