@@ -10,7 +10,8 @@ is the boundary cost, and it is measured, not assumed:
     runtime, engines alternating producer, consumer, producer, ...;
     boundary(H) = (plan time - sum of each kernel timed alone, as the profiler times it) / (blocks - 1)
 
-all timed side by side, interleaved (korch.profile.timing.side_by_side). Two block kinds stand for
+each timed as korch times kernels and plans (back-to-back calls after warm-up), in rounds of
+rotating order. Two block kinds stand for
 two layouts: `blocked` (a 1x1 Conv + Relu, which onnxruntime and OpenVINO run in their blocked
 channel layouts, converting at every kernel edge) for 4-D tensors, and `plain` (Mul + Relu) for the
 rest. Per (producer, consumer, layout) a least-squares line gives fixed seconds plus seconds per byte;
@@ -40,10 +41,12 @@ from korch.ir.types import TensorType
 log = logging.getLogger("korch.profile")
 
 # Changes when the calibration procedure changes: stored calibrations of another procedure are redone.
-PROCEDURE = "chain-v1"
+PROCEDURE = "chain-v2-measured"
 BLOCKED, PLAIN = "blocked", "plain"
 LAYOUTS = (BLOCKED, PLAIN)
 CHANNELS = 32
+# Each timing of a plan or kernel runs back to back for at least this long (after warm-up calls).
+MEASURE_SECONDS = 0.03
 _OPSET = 17
 
 
@@ -150,8 +153,12 @@ def chain_plan(model: onnx.ModelProto, engines: Sequence[str], threads: int):
 
 def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: int, threads: int,
                   rounds: int) -> Sample:
-    """One chain, timed as a plan and kernel by kernel (the same compiled kernels), side by side."""
-    from korch.profile.timing import side_by_side
+    """One chain, timed as a plan and kernel by kernel (the same compiled kernels), each as korch times
+    it (korch.profile.timing.measure: warm-up calls, then back-to-back calls for at least
+    MEASURE_SECONDS), in `rounds` rounds of rotating order; medians over the rounds. Turns of a few
+    calls after a pause (side_by_side) would time thread pools waking, not kernels: an Inductor
+    kernel read 0.7 ms alone that way and 0.1 ms inside the chain."""
+    from korch.profile.timing import measure, summarize
     from korch.runtime.session import Session, compile_step
 
     model = chain_model(layout, blocks, side)
@@ -166,9 +173,12 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
         value = kernel.run(inputs)[0]
         # One kernel per engine timed alone on a fixed input, as profiled: the blocks differ only in weights.
         fns.setdefault(f"alone:{step.backend}", lambda k=kernel, i=inputs: k.run(i))
-    t0 = time.perf_counter()
-    fns["plan"]()
-    timings = side_by_side(fns, rounds, time.perf_counter() - t0)
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(measure(fns[name], min_seconds=MEASURE_SECONDS).median_s)
+    timings = {name: summarize(values) for name, values in samples.items()}
     sum_alone = sum(timings[f"alone:{step.backend}"].median_s for step in plan.steps)
     p = timings["plan"]
     return Sample(layout, producer, consumer, x.nbytes, (p.median_s - sum_alone) / (blocks - 1), p.median_s,
