@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     VERIFY = 6             # result disagrees with onnxruntime
     IO = 7                 # cannot write the output
     CACHE = 8              # profile database unreadable, corrupt, newer schema, or cache dir unwritable
+    RUN = 9                # a plan's kernel raised at run time (e.g. an index out of range in the feeds)
 
 
 class KorchError(Exception):

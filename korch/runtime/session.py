@@ -16,7 +16,7 @@ import numpy as np
 
 from korch.backends import CompileOptions, Kernel
 from korch.candidates import Candidate
-from korch.errors import UsageError
+from korch.errors import ExitCode, KorchError, UsageError
 from korch.ir.types import TensorType
 from korch.plan import Plan, Step, load_plan
 from korch.profile.profiler import compile_candidate
@@ -28,12 +28,24 @@ class RunError(UsageError):
     """Bad feeds or output names given to Session.run."""
 
 
+class KernelRunError(KorchError):
+    """A plan's kernel raised while running. The message names the step, its engine and ONNX nodes;
+    the session holds no state from the failed run, so the next `run` starts clean."""
+
+    exit_code = ExitCode.RUN
+
+
+# ONNX nodes named when a step fails: enough to find it, short enough to read.
+_NAMED_ONNX_NODES = 5
+
+
 @dataclass(frozen=True)
 class _Op:
     run: object
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     free: tuple[str, ...]
+    step: int
 
 
 def compile_step(plan: Plan, step: Step) -> Kernel:
@@ -62,7 +74,7 @@ class Session:
             dead_inputs = [v for v in dict.fromkeys(step.inputs) if last_use[v] == k and v not in keep]
             unused_outputs = [v for v in step.outputs if last_use.get(v, -1) <= k and v not in keep]
             free = tuple(dict.fromkeys(dead_inputs + unused_outputs))
-            ops.append(_Op(kernel.run, step.inputs, step.outputs, free))
+            ops.append(_Op(kernel.run, step.inputs, step.outputs, free, k))
         self._ops = tuple(ops)
 
     def get_inputs(self) -> list[tuple[str, TensorType]]:
@@ -95,12 +107,25 @@ class Session:
             raise RunError(f"unknown outputs {unknown}; the plan's outputs are {list(self._outputs)}")
         env = self._check_feeds(feeds)
         for op in self._ops:
-            results = op.run([env[i] for i in op.inputs])   # type: ignore[operator]
+            try:
+                results = op.run([env[i] for i in op.inputs])   # type: ignore[operator]
+            except Exception as e:
+                raise KernelRunError(self._failure(op.step, e)) from e
             for name, value in zip(op.outputs, results):
                 env[name] = value
             for name in op.free:
                 del env[name]
         return [env[n] for n in names]
+
+    def _failure(self, k: int, error: Exception) -> str:
+        step = self.plan.steps[k]
+        nodes = step.onnx_nodes or tuple(dict.fromkeys(self.plan.graph.nodes[i].origin for i in step.nodes))
+        shown = ", ".join(repr(n) for n in nodes[:_NAMED_ONNX_NODES])
+        if len(nodes) > _NAMED_ONNX_NODES:
+            shown += f", ... ({len(nodes)} in all)"
+        detail = str(error).strip().splitlines()
+        return (f"step {k + 1} of {len(self.plan.steps)}, the {step.backend} kernel of ONNX nodes [{shown}], "
+                f"failed: {type(error).__name__}: {detail[0] if detail else ''}")
 
 
 def load(plan_dir: str | os.PathLike, check_origin: bool = True) -> Session:
