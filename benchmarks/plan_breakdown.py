@@ -1,0 +1,137 @@
+"""Where a split plan's time goes: each kernel as profiled, alone now (hot and cold caches), and in the plan.
+
+    python benchmarks/plan_breakdown.py WORK MODEL [--threads 2] [--rounds 5] [--top 12]
+
+WORK is a zoo_bench work directory (DIR/<model>-t<threads>, whose profile cache holds every
+profile and the boundary calibration). The model's best split plan is solved for again as measured
+selection does, compiled, and timed in rotating rounds:
+
+- plan:      the whole plan, end to end (`Session.run`), as measured selection times it;
+- in plan:   each step inside a plan run (`Session.step_times`): what the step costs among its neighbours;
+- hot:       each step alone on the inputs it gets in the plan, back to back, as the profiler times it;
+- cold:      each step alone after a 64 MiB sweep that evicts the last-level cache before every call.
+
+Printed: the totals (sum of profiles + predicted boundaries = predicted; the plan as measured), and
+the steps whose time in the plan exceeds their profile the most. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+SWEEP = np.ones(64 << 20, np.uint8)      # larger than this machine's 32 MiB L3
+
+
+def evict() -> None:
+    SWEEP[::64] += 1                          # one write per cache line
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("work", type=Path)
+    p.add_argument("model")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--top", type=int, default=12)
+    args = p.parse_args(argv)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(args.work / "inductor-cache"))
+
+    from korch.api import default_backends
+    from korch.frontend.regions import OnnxSource
+    from korch.pipeline import build_options, enumerate_all, profile_pools, run_fission
+    from korch.profile.boundaries import boundary_model
+    from korch.profile.database import ProfileDB, machine_fingerprint
+    from korch.profile.profiler import profile
+    from korch.profile.timing import measure
+    from korch.runtime import Session
+    from korch.runtime.session import compile_step
+    from korch.select.measured import _Context
+    from korch.settings import OptimizeSettings
+
+    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
+    db = ProfileDB(args.work / "profile-cache" / "profiles.sqlite")
+    machine = machine_fingerprint()
+    fissioned = run_fission(args.model, cache_dir=db.path.parent)
+    graph = fissioned.graph
+    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+    cands = enumerate_all(graph, settings)
+    profiled = profile(graph, profile_pools(graph, cands, settings), db, settings.threads, machine, settings.profile,
+                       settings.accuracy, settings.seed, None, source)
+    if profiled.measured:
+        print(f"warning: {profiled.measured} candidates were not in the cache and were profiled now", file=sys.stderr)
+    options, steps = build_options(graph, cands, profiled, settings)
+    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration)
+    ctx = _Context(graph, options, steps, source, settings, machine, boundaries)
+    selection = ctx.solve(ctx.split_options)
+    plan, predicted = ctx.plan(selection)
+    kernels = [compile_step(plan, s) for s in plan.steps]
+    session = Session(plan, kernels)
+    feeds = ctx.feeds
+
+    # Each step's inputs as the plan gives them.
+    env = dict(session._check_feeds(feeds))
+    step_inputs = []
+    for step, kernel in zip(plan.steps, kernels):
+        args_ = [env[i] for i in step.inputs]
+        step_inputs.append(args_)
+        env.update(zip(step.outputs, kernel.run(args_)))
+
+    def boundary_s(k: int) -> float:
+        makers = {o: s.backend for s in plan.steps[:k] for o in s.outputs}
+        step = plan.steps[k]
+        return sum(boundaries.cost(makers[i], step.backend, graph.types[i]) for i in step.inputs if i in makers)
+
+    def cold(kernel, inputs) -> float:
+        samples = []
+        for _ in range(5):
+            evict()
+            t0 = time.perf_counter()
+            kernel.run(inputs)
+            samples.append(time.perf_counter() - t0)
+        return statistics.median(samples)
+
+    n = len(plan.steps)
+    plan_s, in_plan, hot, cold_s = [], [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)]
+    for r in range(args.rounds):
+        print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
+        plan_s.append(measure(lambda: session.run(None, feeds), warmup=2, repeats=7, min_seconds=0.3).median_s)
+        runs = [session.step_times(feeds) for _ in range(7)]
+        for k in range(n):
+            in_plan[k].append(statistics.median(run[k] for run in runs))
+        for k, (kernel, inputs) in enumerate(zip(kernels, step_inputs)):
+            hot[k].append(measure(lambda kernel=kernel, inputs=inputs: kernel.run(inputs), warmup=2, repeats=5, min_seconds=0.05).median_s)
+            cold_s[k].append(cold(kernel, inputs))
+
+    med = statistics.median
+    rows = []
+    for k, step in enumerate(plan.steps):
+        nbytes = sum(x.nbytes for x in step_inputs[k])
+        rows.append((k, step, step.cost_s, med(hot[k]), med(cold_s[k]), med(in_plan[k]), boundary_s(k), nbytes))
+    ms = 1e3
+    print(f"{args.model}: {n} kernels ({', '.join(f'{b} {c}' for b, c in plan.kernels_by_backend().items())}), "
+          f"threads {args.threads}")
+    print(f"  predicted {predicted * ms:.2f} ms = profiles {sum(r[2] for r in rows) * ms:.2f} + boundaries "
+          f"{selection.boundary_s * ms:.2f}")
+    print(f"  plan measured {med(plan_s) * ms:.2f} ms (rounds {', '.join(f'{t * ms:.2f}' for t in plan_s)})")
+    print(f"  sum in plan {sum(r[5] for r in rows) * ms:.2f} ms, sum hot {sum(r[3] for r in rows) * ms:.2f}, "
+          f"sum cold {sum(r[4] for r in rows) * ms:.2f}")
+    print(f"  in plan - profile: {sum(r[5] - r[2] for r in rows) * ms:+.2f} ms; hot - profile "
+          f"{sum(r[3] - r[2] for r in rows) * ms:+.2f}; plan - sum in plan {(med(plan_s) - sum(r[5] for r in rows)) * ms:+.2f}")
+    print()
+    print("| step | backend | prims | onnx nodes | input MiB | profile ms | hot ms | cold ms | in plan ms | boundary ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for k, step, prof, h, c, ip, b, nbytes in sorted(rows, key=lambda r: -(r[5] - r[2]))[: args.top]:
+        print(f"| {k + 1} | {step.backend} | {len(step.nodes)} | {len(step.onnx_nodes)} | {nbytes / 2**20:.2f} | "
+              f"{prof * ms:.3f} | {h * ms:.3f} | {c * ms:.3f} | {ip * ms:.3f} | {b * ms:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
