@@ -49,11 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("names", nargs="*")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)
     works = sorted(args.dir.glob(f"*-t{args.threads}"))
     names = args.names or [w.name[: -len(f"-t{args.threads}")] for w in works]
-    print("| model | split kernels | predicted ms | measured ms | measured / predicted | kept | solver s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | split kernels | predicted ms | measured ms | measured / predicted | plans run | "
+          "kernels costed in a plan | kept | solver s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     rows = []
     for name in names:
         r = decide_again(args.dir / f"{name}-t{args.threads}", name, args.threads)
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         pred, meas = r.get("split_predicted_ms"), r.get("split_measured_ms")
         cells = [name, str(r.get("split_kernels") or "-"), _num(pred), _num(meas),
-                 f"{meas / pred:.2f}" if pred and meas else "-", r["kept"], f"{r['solve_seconds']:.2f}"]
+                 f"{meas / pred:.2f}" if pred and meas else "-", str(r.get("selection_rounds", "-")),
+                 str(r.get("in_plan_costs", "-")), r["kept"], f"{r['solve_seconds']:.2f}"]
         print("| " + " | ".join(cells) + " |", flush=True)
         print(f"    why: {r['why']}", file=sys.stderr, flush=True)
     (args.dir / f"predicted-vs-measured-t{args.threads}.json").write_text(json.dumps(rows, indent=1))

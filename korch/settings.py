@@ -45,6 +45,11 @@ class SelectionSettings:
     # Rounds of the side-by-side comparison (0: none), each running every contender as `korch bench` does.
     duel_rounds: int = 15
     solver_time_limit_s: float = 60.0
+    # In-plan costs (korch/select/measured.py): the split plan runs `refine_runs` times with each kernel
+    # timed, those times replace the kernels' profiles, and the BLP is solved again, until it chooses
+    # only kernels already timed in a plan or `refine_rounds` re-solves are done (0: profiles only).
+    refine_rounds: int = 4
+    refine_runs: int = 7
 
 
 @dataclass(frozen=True)
@@ -86,4 +91,5 @@ class OptimizeSettings:
 # Timings good enough to exercise the mechanics, for tests and quick looks (never for a plan you ship).
 QUICK_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0)
 QUICK_CALIBRATION = CalibrationSettings(sides=(16,), blocks=3, rounds=2)
-QUICK_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=3)
+QUICK_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=3,
+                                    refine_rounds=2, refine_runs=2)

@@ -32,6 +32,7 @@ newer korch is reported as a ProfileDBError and left byte for byte as it was, ne
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -42,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import NamedTuple
 
 from korch.errors import ExitCode, KorchError
@@ -75,7 +76,8 @@ CREATE TABLE IF NOT EXISTS selections (
     measured_s REAL NOT NULL,
     created_at REAL NOT NULL,
     whole_model_backend TEXT,
-    reason TEXT
+    reason TEXT,
+    costs TEXT
 ) WITHOUT ROWID;
 """
 _BOUNDARIES = """
@@ -93,7 +95,7 @@ CREATE TABLE IF NOT EXISTS boundaries (
 ) WITHOUT ROWID;
 """
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
-_COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT")),
+_COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT")),
                   "profiles": (("error", "REAL"),)}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
@@ -127,12 +129,14 @@ class ProfileDBError(KorchError):
 class RememberedSelection(NamedTuple):
     """What measured selection kept for one selection problem: the kept plan's predicted boundary
     cost (penalty_s), the plan's measured time, the backend of the whole-model kernel when one engine running the
-    whole model was kept (None when a split plan was kept), and why."""
+    whole model was kept (None when a split plan was kept), and why. `costs`: the in-plan costs
+    (seconds, by "candidate key|backend") the final solve used in place of profiles (measured.py)."""
 
     penalty_s: float
     measured_s: float
     whole_model_backend: str | None = None
     reason: str | None = None
+    costs: Mapping[str, float] = MappingProxyType({})
 
 
 class Status(str, Enum):
@@ -261,17 +265,28 @@ class ProfileDB:
 
     def get_selection(self, problem_key: str) -> RememberedSelection | None:
         """What measured selection settled on for this selection problem, or None."""
-        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend, reason FROM selections "
+        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend, reason, costs FROM selections "
                            "WHERE problem_key = ?", (problem_key,))
-        return RememberedSelection(float(rows[0][0]), float(rows[0][1]), rows[0][2], rows[0][3]) if rows else None
+        if not rows:
+            return None
+        penalty, measured, backend, reason, costs = rows[0]
+        try:
+            parsed = {str(k): float(v) for k, v in json.loads(costs).items()} if costs else {}
+        except (ValueError, TypeError, AttributeError):
+            log.warning("%s: remembered selection %s has unreadable costs; deciding it again", self.path,
+                        problem_key[:12])
+            return None
+        return RememberedSelection(float(penalty), float(measured), backend, reason, MappingProxyType(parsed))
 
     def put_selection(self, problem_key: str, penalty_s: float, measured_s: float,
-                      whole_model_backend: str | None = None, reason: str | None = None) -> None:
+                      whole_model_backend: str | None = None, reason: str | None = None,
+                      costs: Mapping[str, float] | None = None) -> None:
         conn = self._connection()
         try:
             conn.execute("INSERT OR REPLACE INTO selections (problem_key, penalty_s, measured_s, created_at, "
-                         "whole_model_backend, reason) VALUES (?, ?, ?, ?, ?, ?)",
-                         (problem_key, penalty_s, measured_s, time.time(), whole_model_backend, reason))
+                         "whole_model_backend, reason, costs) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (problem_key, penalty_s, measured_s, time.time(), whole_model_backend, reason,
+                          json.dumps(dict(costs)) if costs else None))
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 

@@ -5,8 +5,15 @@ The BLP is exact over profiled kernel costs plus the boundary costs calibrated o
 engine pair and layout), but profiles taken one kernel at a time on a noisy machine can still order
 close contenders wrongly. So:
 
-1. The best *split* plan (two or more kernels) is solved for with the boundary costs, compiled and
-   timed; its prediction (profiles + boundaries) is kept beside its measured time.
+1. The best *split* plan (two or more kernels) is solved for with the boundary costs, compiled, and
+   run with each kernel timed in place. A profile times a kernel alone, back to back on the same
+   inputs: its weights stay in cache and its thread pool awake, and of thousands of candidates timed
+   once on a noisy machine, the solver favours those whose one timing was lucky (efficientvit-b1:
+   the chosen kernels profiled at 3.7 ms, took 5.4 ms timed alone again and 7.1 ms in the plan).
+   So each kernel's time in the plan, less the boundary costs the BLP charges it, replaces its
+   profile, and the BLP is solved again, until it chooses only kernels already timed in a plan
+   (`refine_rounds` at most). The last plan is timed end to end; its prediction (in-plan costs +
+   boundaries) is kept beside its measured time.
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
    side-by-side comparison, interleaved like `korch bench`, with the split plan. A split plan must
    win by `multi_kernel_margin`; otherwise the fastest whole-model kernel is the plan.
@@ -22,9 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from korch.backends import Kernel
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
@@ -32,6 +41,7 @@ from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.timing import measure, side_by_side
 from korch.runtime import Session, compile_plan
+from korch.runtime.session import compile_step
 from korch.select.blp import Option, Selection, SelectionError, solve
 from korch.settings import OptimizeSettings
 from korch.verify import random_feeds
@@ -40,7 +50,7 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v3-priced-boundaries"
+PROCEDURE = "measured-selection-v4-in-plan-costs"
 SPLIT = "split"
 
 
@@ -54,7 +64,7 @@ class SelectionStats:
     gap: float                            # the solver's proven relative gap for the kept plan
     optimal: bool
     boundary_ms: float                    # the part of predicted_ms that is boundary costs
-    rounds: int                           # split plans compiled and timed
+    rounds: int                           # split plans compiled and run (solves with in-plan costs)
     remembered: bool                      # replayed from an earlier run's outcome
     solve_seconds: float
     kept: str                             # SPLIT, or the engine whose whole-model kernel is the plan
@@ -64,6 +74,9 @@ class SelectionStats:
     split_measured_ms: float | None = None
     whole_model_ms: Mapping[str, float] = field(default_factory=dict)    # profiled, per engine
     side_by_side_ms: Mapping[str, float] = field(default_factory=dict)   # SPLIT and engines, when compared
+    in_plan_costs: int = 0                # kernels whose profile was replaced by their time in a plan
+    cycle_cuts: int = 0                   # the kept plan's solve: cuts against plans that cannot be ordered
+    resolves: int = 0                     # ... and the re-solves they took
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,7 @@ def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], 
 
     s = settings.selection
     h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
-                       f"{s.multi_kernel_margin}|{s.contender_factor}".encode())
+                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.refine_rounds}".encode())
     if boundaries is not None:
         h.update(repr(sorted(boundaries.lines.items())).encode())
     rows = sorted(f"{steps[o.key].key}|{steps[o.key].backend}|{sorted(o.nodes)}|{o.cost!r}" for o in options)
@@ -123,6 +136,41 @@ class _Context:
         whole_keys = {o.key for o in options if o.nodes == everything}
         self.split_options = [o for o in options if o.key not in whole_keys]
         self.feeds = random_feeds(graph, settings.seed + 2)
+        self._kernels: dict[Step, Kernel] = {}     # the last compiled split plan's
+
+    def cost_key(self, step: Step) -> str:
+        """Names a (candidate, backend) pair across runs (Option.key numbers options within one run)."""
+        return f"{step.key}|{step.backend}"
+
+    def costed(self, costs: Mapping[str, float]) -> list[Option]:
+        """The split options, each with its in-plan cost where `costs` has one, else its profile."""
+        out = []
+        for o in self.split_options:
+            c = costs.get(self.cost_key(self.steps[o.key]))
+            out.append(o if c is None else replace(o, cost=c))
+        return out
+
+    def compile(self, plan: Plan) -> Session:
+        """The plan's session, reusing kernels of the previous split plan compiled here. (By step, not
+        by cost key: candidates of equal structure share a key and a profile, not their weights.)"""
+        kernels = {step: self._kernels.get(step) or compile_step(plan, step) for step in plan.steps}
+        self._kernels = kernels
+        return Session(plan, [kernels[step] for step in plan.steps])
+
+    def in_plan_costs(self, plan: Plan, session: Session) -> dict[str, float]:
+        """Each kernel's median time in the plan, less the boundary costs the BLP charges it for its
+        inputs from the plan's other kernels (so a re-solve over these costs predicts this plan's time)."""
+        s = self.settings.selection
+        for _ in range(s.plan_warmup):
+            session.run(None, self.feeds)
+        runs = [session.step_times(self.feeds) for _ in range(s.refine_runs)]
+        maker: dict[str, str] = {}
+        costs = {}
+        for k, step in enumerate(plan.steps):
+            charged = sum(self.boundary_cost(maker[t], step.backend, t) for t in step.inputs if t in maker)
+            costs[self.cost_key(step)] = max(statistics.median(run[k] for run in runs) - charged, 0.0)
+            maker.update((t, step.backend) for t in step.outputs)
+        return costs
 
     def boundary_cost(self, producer: str, consumer: str, value: str) -> float:
         return self.boundaries.cost(producer, consumer, self.graph.types[value])
@@ -162,36 +210,51 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
         return _replay(ctx, remembered)
-    split, rounds, solve_s = _best_split(ctx)
-    selected = _compare(ctx, split, rounds, solve_s)
+    split, rounds, solve_s, costs = _best_split(ctx)
+    selected = _compare(ctx, split, rounds, solve_s, costs)
     if db is not None:
         kept = selected.stats
         db.put_selection(problem, kept.boundary_ms * 1e-3, kept.measured_ms * 1e-3,
-                         None if kept.kept == SPLIT else kept.kept, kept.why)
+                         None if kept.kept == SPLIT else kept.kept, kept.why, costs if kept.kept == SPLIT else None)
     return selected
 
 
-def _best_split(ctx: _Context) -> tuple[_Timed | None, int, float]:
-    """The best split plan under profiled and boundary costs, compiled and timed unless its prediction
-    rules it out; None if there is none. Returns it, the plans timed (0 or 1), and the solver's seconds."""
+def _best_split(ctx: _Context) -> tuple[_Timed | None, int, float, dict[str, float]]:
+    """The best split plan under in-plan (else profiled) and boundary costs (module doc, step 1),
+    compiled and timed unless its prediction rules it out; None if there is none. Returns it, the
+    plans compiled, the solver's seconds, and the in-plan costs its last solve used."""
     s = ctx.settings.selection
     cheapest_whole = min((o.cost for o in ctx.whole.values()), default=None)
-    try:
-        selection = ctx.solve(ctx.split_options)
-    except SelectionError as e:
-        log.info("no split plan: %s", e)
-        return None, 0, 0.0
-    plan, predicted = ctx.plan(selection)
-    if cheapest_whole is not None and predicted > s.contender_factor * cheapest_whole:
-        log.info("best split plan: %d kernels predicted at %.3f ms (%.3f ms of it boundaries), beyond %.2fx the "
-                 "cheapest whole-model kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3,
-                 selection.boundary_s * 1e3, s.contender_factor, cheapest_whole * 1e3)
-        return _Timed(plan, None, predicted, None, selection), 0, selection.seconds
-    session = compile_plan(plan)
-    measured = ctx.time(session)
-    log.info("split plan: %d kernels, predicted %.3f ms (%.3f ms boundaries), measured %.3f ms", len(plan.steps),
-             predicted * 1e3, selection.boundary_s * 1e3, measured * 1e3)
-    return _Timed(plan, session, predicted, measured, selection), 1, selection.seconds
+    costs: dict[str, float] = {}
+    solve_s = 0.0
+    for round_ in range(1 + s.refine_rounds):
+        used = dict(costs)
+        try:
+            selection = ctx.solve(ctx.costed(used))
+        except SelectionError as e:
+            log.info("no split plan: %s", e)
+            return None, round_, solve_s, {}
+        solve_s += selection.seconds
+        plan, predicted = ctx.plan(selection)
+        if cheapest_whole is not None and predicted > s.contender_factor * cheapest_whole:
+            log.info("best split plan: %d kernels predicted at %.3f ms (%.3f ms of it boundaries), beyond %.2fx the "
+                     "cheapest whole-model kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3,
+                     selection.boundary_s * 1e3, s.contender_factor, cheapest_whole * 1e3)
+            return _Timed(plan, None, predicted, None, selection), round_, solve_s, used
+        session = ctx.compile(plan)
+        fresh = sum(ctx.cost_key(st) not in used for st in plan.steps)
+        if fresh and round_ < s.refine_rounds:
+            costs.update(ctx.in_plan_costs(plan, session))
+            log.info("split plan %d: %d kernels (%d not yet timed in a plan), predicted %.3f ms, %.3f ms in the plan",
+                     round_ + 1, len(plan.steps), fresh, predicted * 1e3,
+                     (sum(costs[ctx.cost_key(st)] for st in plan.steps) + selection.boundary_s) * 1e3)
+            continue
+        measured = ctx.time(session)
+        log.info("split plan: %d kernels (%d costed by profile alone), predicted %.3f ms (%.3f ms boundaries), "
+                 "measured %.3f ms", len(plan.steps), fresh, predicted * 1e3, selection.boundary_s * 1e3,
+                 measured * 1e3)
+        return _Timed(plan, session, predicted, measured, selection), round_ + 1, solve_s, used
+    raise AssertionError("unreachable: the last round always returns")
 
 
 def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
@@ -205,7 +268,8 @@ def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
     return sorted(b for b, o in ctx.whole.items() if b == cheapest or o.cost <= factor * bar)
 
 
-def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float) -> Selected:
+def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
+             costs: Mapping[str, float]) -> Selected:
     s = ctx.settings.selection
     engines = _contenders(ctx, split)
     compiled: dict[str, tuple[Plan, Selection, Session]] = {}
@@ -220,7 +284,7 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float) -
         if split is None or split.session is None:
             raise SelectionError("no plan compiles: neither a split plan nor any engine's whole-model kernel")
         return _result(ctx, split.plan, split.session, split.selection, split.measured_s, SPLIT,
-                       _why_split_alone(ctx, split), split, rounds, solve_s, {})
+                       _why_split_alone(ctx, split), split, rounds, solve_s, {}, len(costs))
     fns = {b: (lambda sess=sess: sess.run(None, ctx.feeds)) for b, (_, _, sess) in compiled.items()}
     if split_timed:
         fns[SPLIT] = lambda: split.session.run(None, ctx.feeds)
@@ -241,12 +305,12 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float) -
     if keep_split:
         why = _why_split(ctx, split, timings, engine_times)
         return _result(ctx, split.plan, split.session, split.selection, timings[SPLIT], SPLIT, why,
-                       split, rounds, solve_s, shown)
+                       split, rounds, solve_s, shown, len(costs))
     assert winner is not None
     plan, selection, session = compiled[winner]
     why = _why_whole(ctx, winner, split, timings, engine_times)
     return _result(ctx, plan, session, selection, engine_times[winner], winner, why, split, rounds, solve_s,
-                   shown)
+                   shown, len(costs))
 
 
 def _ms(seconds: float) -> str:
@@ -293,7 +357,7 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mappin
 
 def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, measured_s: float | None,
             kept: str, why: str, split: _Timed | None, rounds: int, solve_s: float,
-            side: Mapping[str, float], remembered: bool = False) -> Selected:
+            side: Mapping[str, float], in_plan_costs: int, remembered: bool = False) -> Selected:
     if measured_s is None:
         measured_s = ctx.time(session)
     log.info("kept %s: %s", "the split plan" if kept == SPLIT else f"{kept}'s whole model", why)
@@ -305,7 +369,8 @@ def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, m
         split_predicted_ms=split.predicted_s * 1e3 if split is not None else None,
         split_measured_ms=split.measured_s * 1e3 if split is not None and split.measured_s is not None else None,
         whole_model_ms={b: o.cost * 1e3 for b, o in sorted(ctx.whole.items())},
-        side_by_side_ms={k: v * 1e3 for k, v in side.items()})
+        side_by_side_ms={k: v * 1e3 for k, v in side.items()}, in_plan_costs=in_plan_costs,
+        cycle_cuts=selection.cycle_cuts, resolves=selection.resolves)
     return Selected(plan, session, stats)
 
 
@@ -315,8 +380,9 @@ def _replay(ctx: _Context, remembered: RememberedSelection) -> Selected:
     backend = remembered.whole_model_backend
     if backend is not None and backend in ctx.whole:
         plan, selection = ctx.whole_model(backend)
-        return _result(ctx, plan, compile_plan(plan), selection, None, backend, why, None, 0, 0.0, {}, True)
-    selection = ctx.solve(ctx.split_options)
+        return _result(ctx, plan, compile_plan(plan), selection, None, backend, why, None, 0, 0.0, {}, 0, True)
+    selection = ctx.solve(ctx.costed(remembered.costs))
     plan, predicted = ctx.plan(selection)
     split = _Timed(plan, None, predicted, None, selection)
-    return _result(ctx, plan, compile_plan(plan), selection, None, SPLIT, why, split, 0, selection.seconds, {}, True)
+    return _result(ctx, plan, compile_plan(plan), selection, None, SPLIT, why, split, 0, selection.seconds, {},
+                   len(remembered.costs), True)

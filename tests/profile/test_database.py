@@ -120,18 +120,25 @@ def test_selections_persist_and_older_files_gain_the_table(tmp_path: Path) -> No
         assert db.get_selection("problem") is None and db.get("k", "inductor", "torch-2.13", 2, MACHINE)
         db.put_selection("problem", 2.5e-4, 1.25e-2)
     with ProfileDB(path) as db:
-        assert db.get_selection("problem") == (2.5e-4, 1.25e-2, None, None)
+        assert db.get_selection("problem")[:4] == (2.5e-4, 1.25e-2, None, None)
         db.put_selection("other", 0.0, 1e-2, "onnxruntime", "it measured faster")
         assert db.get_selection("other").reason == "it measured faster"
+        db.put_selection("split", 1e-4, 2e-2, None, "split won", {"k1|openvino": 1.5e-3, "k2|onnxruntime": 2e-5})
+        assert dict(db.get_selection("split").costs) == {"k1|openvino": 1.5e-3, "k2|onnxruntime": 2e-5}
     with sqlite3.connect(path) as conn:          # a file from before the whole_model_backend column
         conn.execute("DROP TABLE selections")
         conn.execute("CREATE TABLE selections (problem_key TEXT PRIMARY KEY, penalty_s REAL NOT NULL, "
                      "measured_s REAL NOT NULL, created_at REAL NOT NULL) WITHOUT ROWID")
         conn.execute("INSERT INTO selections VALUES ('problem', 2.5e-4, 1.25e-2, 0)")
     with ProfileDB(path) as db:
-        assert db.get_selection("problem") == (2.5e-4, 1.25e-2, None, None)
+        assert db.get_selection("problem")[:4] == (2.5e-4, 1.25e-2, None, None)
+        assert dict(db.get_selection("problem").costs) == {}
         db.put_selection("other", 0.0, 1e-2, "onnxruntime")
         assert db.get_selection("other").whole_model_backend == "onnxruntime"
+    with sqlite3.connect(path) as conn:          # damaged costs: the selection is decided again, not trusted
+        conn.execute("UPDATE selections SET costs = '{\"k\": \"fast\"' WHERE problem_key = 'other'")
+    with ProfileDB(path) as db:
+        assert db.get_selection("other") is None
 
 
 def test_records_keep_their_error_and_older_files_gain_the_column(tmp_path: Path) -> None:
