@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sides", default="16,48,96,181", help="H of the [1,32,H,H] float tensor")
     p.add_argument("--blocks", type=int, default=6)
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--hot", action="store_true",
+                   help="time kernels alone back to back, not after a cache sweep (profiles with cold_cache=False)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     engines = args.engines.split(",")
@@ -62,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
 
     t0 = time.perf_counter()
-    model, samples = calibrate(engines, args.threads, settings, report=show)
+    model, samples = calibrate(engines, args.threads, settings, report=show, cold_cache=not args.hot)
     print(f"\n{len(samples)} chains in {time.perf_counter() - t0:.0f} s; fitted lines (what korch prices):")
     for (producer, consumer, layout), line in sorted(model.lines.items()):
         print(f"{layout:7s} {producer:>11s}<->{consumer:<11s} {line.fixed_s * 1e6:8.1f} us + "

@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     if profiled.measured:
         print(f"warning: {profiled.measured} candidates were not in the cache and were profiled now", file=sys.stderr)
     options, steps = build_options(graph, cands, profiled, settings)
-    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration)
+    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
+                                settings.profile.cold_cache)
     ctx = _Context(graph, options, steps, source, settings, machine, boundaries)
     selection = ctx.solve(ctx.split_options)
     plan, predicted = ctx.plan(selection)

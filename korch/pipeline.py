@@ -214,7 +214,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     options, steps = build_options(graph, cands, profiled, settings)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
-    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration)
+    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
+                                settings.profile.cold_cache)
     calibrate_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries)

@@ -21,6 +21,10 @@ class ProfileSettings:
     warmup: int = 2
     repeats: int = 5
     min_seconds: float = 0.05
+    # Time every kernel but a whole model after a sweep of the last-level cache (timing.CacheSweep), as
+    # it starts in a plan; a whole model runs back to back in use, and is timed so. Part of the
+    # profile records' key, so records timed one way are never read as the other.
+    cold_cache: bool = True
     # Inductor compiles cost ~1.3 s each: this many unique small candidates keeps a cold optimize in minutes.
     inductor_budget: int = 40
     # Regions compiled by Inductor take seconds to a minute each: the largest few, the whole graph first.

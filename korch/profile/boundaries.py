@@ -10,7 +10,9 @@ is the boundary cost, and it is measured, not assumed:
     runtime, engines alternating producer, consumer, producer, ...;
     boundary(H) = (plan time - sum of each kernel timed alone, as the profiler times it) / (blocks - 1)
 
-each timed as korch times kernels and plans (back-to-back calls after warm-up), in rounds of
+each timed as korch times kernels and plans (back-to-back calls after warm-up; kernels alone after a
+cache sweep when the profiler sweeps, ProfileSettings.cold_cache: then the parked pool and cold
+cache a kernel meets in a plan are in its profile, and the boundary is what is left), in rounds of
 rotating order. Two block kinds stand for
 two layouts: `blocked` (a 1x1 Conv + Relu, which onnxruntime and OpenVINO run in their blocked
 channel layouts, converting at every kernel edge) for 4-D tensors, and `plain` (Mul + Relu) for the
@@ -41,7 +43,7 @@ from korch.ir.types import TensorType
 log = logging.getLogger("korch.profile")
 
 # Changes when the calibration procedure changes: stored calibrations of another procedure are redone.
-PROCEDURE = "chain-v2-measured"
+PROCEDURE = "chain-v3-kernels-as-profiled"
 BLOCKED, PLAIN = "blocked", "plain"
 LAYOUTS = (BLOCKED, PLAIN)
 CHANNELS = 32
@@ -99,9 +101,10 @@ class BoundaryModel:
         return 0.0 if line is None else line(nbytes)
 
 
-def versions(engines: Iterable[str]) -> str:
+def versions(engines: Iterable[str], cold_cache: bool = True) -> str:
     """What a stored calibration is keyed by besides machine and threads."""
-    return "|".join([PROCEDURE] + [f"{e}={get_backend(e).version}" for e in sorted(engines)])
+    timing = "cold-cache" if cold_cache else "hot"
+    return "|".join([PROCEDURE, timing] + [f"{e}={get_backend(e).version}" for e in sorted(engines)])
 
 
 def chain_model(layout: str, blocks: int, side: int, seed: int = 0) -> onnx.ModelProto:
@@ -152,14 +155,16 @@ def chain_plan(model: onnx.ModelProto, engines: Sequence[str], threads: int):
 
 
 def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: int, threads: int,
-                  rounds: int) -> Sample:
+                  rounds: int, cold_cache: bool = True) -> Sample:
     """One chain, timed as a plan and kernel by kernel (the same compiled kernels), each as korch times
     it (korch.profile.timing.measure: warm-up calls, then back-to-back calls for at least
     MEASURE_SECONDS), in `rounds` rounds of rotating order; medians over the rounds. Turns of a few
     calls after a pause (side_by_side) would time thread pools waking, not kernels: an Inductor
     kernel read 0.7 ms alone that way and 0.1 ms inside the chain."""
-    from korch.profile.timing import measure, summarize
+    from korch.profile.timing import CacheSweep, measure, summarize
     from korch.runtime.session import Session, compile_step
+
+    sweep = CacheSweep() if cold_cache else None
 
     model = chain_model(layout, blocks, side)
     x = np.random.default_rng(1).standard_normal((1, CHANNELS, side, side)).astype(np.float32)
@@ -177,7 +182,8 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(measure(fns[name], min_seconds=MEASURE_SECONDS).median_s)
+            before = sweep if name.startswith("alone:") else None
+            samples[name].append(measure(fns[name], min_seconds=MEASURE_SECONDS, before=before).median_s)
     timings = {name: summarize(values) for name, values in samples.items()}
     sum_alone = sum(timings[f"alone:{step.backend}"].median_s for step in plan.steps)
     p = timings["plan"]
@@ -196,13 +202,16 @@ def fit(samples: Sequence[Sample]) -> Line:
 
 
 def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSettings = CalibrationSettings(),
-              report: Callable[[Sample], None] | None = None) -> tuple[BoundaryModel, list[Sample]]:
-    """Measure every engine pair (same-engine pairs included) at each size and layout, and fit."""
+              report: Callable[[Sample], None] | None = None,
+              cold_cache: bool = True) -> tuple[BoundaryModel, list[Sample]]:
+    """Measure every engine pair (same-engine pairs included) at each size and layout, and fit.
+    `cold_cache`: kernels alone are timed as the profiler times them (ProfileSettings.cold_cache)."""
     samples: list[Sample] = []
     for layout in LAYOUTS:
         for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2):
             for side in settings.sides:
-                s = measure_chain(layout, producer, consumer, side, settings.blocks, threads, settings.rounds)
+                s = measure_chain(layout, producer, consumer, side, settings.blocks, threads, settings.rounds,
+                                  cold_cache)
                 samples.append(s)
                 if report is not None:
                     report(s)
@@ -215,16 +224,17 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
 
 
 def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
-                   settings: CalibrationSettings = CalibrationSettings()) -> BoundaryModel:
-    """The stored calibration for these engines, threads and machine; measured and stored if missing."""
-    key = versions(engines)
+                   settings: CalibrationSettings = CalibrationSettings(), cold_cache: bool = True) -> BoundaryModel:
+    """The stored calibration for these engines, threads and machine; measured and stored if missing.
+    `cold_cache`: as the profiles were timed (ProfileSettings.cold_cache)."""
+    key = versions(engines, cold_cache)
     stored = db.get_boundaries(machine, threads, key)
     pairs = {(p, c) for p, c in itertools.combinations_with_replacement(sorted(engines), 2)}
     if stored is not None and pairs <= {(p, c) for p, c, _ in stored}:
         return BoundaryModel(stored)
     log.info("calibrating kernel-boundary costs for %s at %d threads (once per machine)", ", ".join(engines), threads)
     t0 = time.perf_counter()
-    model, _ = calibrate(engines, threads, settings)
+    model, _ = calibrate(engines, threads, settings, cold_cache=cold_cache)
     db.put_boundaries(machine, threads, key, model.lines)
     log.info("boundary calibration took %.0f s", time.perf_counter() - t0)
     return model

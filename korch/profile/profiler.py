@@ -16,13 +16,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from korch.backends import CompileOptions, Kernel, get_backend
+from korch.backends import Backend, CompileOptions, Kernel, get_backend
 from korch.backends.reference import conform, evaluate
 from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model
 from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record, Status
-from korch.profile.timing import measure
+from korch.profile.timing import CacheSweep, measure
 from korch.settings import AccuracyPolicy, ProfileSettings
 from korch.verify import diff_outputs, fp32_errors, random_feeds
 
@@ -125,7 +125,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             reps.setdefault(c.key, c)
             if c.size == len(graph.nodes):
                 whole_model_key = c.key
-        stored = db.get_many(list(reps), name, backend.version, threads, machine)
+        stored = db.get_many(list(reps), name, record_version(backend, settings), threads, machine)
         for key, cand in reps.items():
             if key in stored:
                 records[(key, name)] = stored[key]
@@ -148,12 +148,13 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
              f" (onnxruntime's own error {fp32_error:.2e})" if fp32_error is not None else "")
     options = CompileOptions(threads=threads)
     seconds: dict[str, float] = {}
+    sweep = CacheSweep() if settings.cold_cache else None
     stream = _streamed_values(graph, feeds, jobs)
     for done in range(1, len(jobs) + 1):
         t0 = time.perf_counter()
         job, env = next(stream)
         seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
-        record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds)
+        record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds, sweep)
         db.put(record)
         records[(job.candidate.key, job.backend)] = record
         if progress is not None:
@@ -175,7 +176,9 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
 
 def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions, threads: int,
                  machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float,
-                 seconds: dict[str, float] | None = None) -> Record:
+                 seconds: dict[str, float] | None = None, sweep: CacheSweep | None = None) -> Record:
+    """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
+    kernel other than the whole model (ProfileSettings.cold_cache)."""
     backend = get_backend(job.backend)
     cand = job.candidate
     seconds = {} if seconds is None else seconds
@@ -189,7 +192,8 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         clock = now
 
     def rejected(reason: str, error: float | None = None) -> Record:
-        return Record.rejected(cand.key, job.backend, backend.version, threads, machine, reason, error)
+        return Record.rejected(cand.key, job.backend, record_version(backend, settings), threads, machine, reason,
+                               error)
 
     sub = extract_subgraph(graph, cand)
     reason = backend.supports(sub)
@@ -212,6 +216,12 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     if not worst <= tolerance:
         return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", worst)
     timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
-                     min_seconds=settings.min_seconds)
+                     min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep)
     lap("timing")
-    return Record.ok(cand.key, job.backend, backend.version, threads, machine, timing, worst)
+    return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst)
+
+
+def record_version(backend: Backend, settings: ProfileSettings) -> str:
+    """What profile records are keyed by besides candidate, threads and machine: the backend's
+    versions and how kernels were timed (ProfileSettings.cold_cache)."""
+    return f"{backend.version}|{'cold-cache' if settings.cold_cache else 'hot'}"

@@ -39,6 +39,44 @@ SETTLE_SECONDS = 0.06
 TURN_WARMUP = 1
 
 
+class CacheSweep:
+    """Reads a buffer twice the last-level cache's size, one byte per cache line: afterwards nothing of
+    the next call's weights, inputs or workspace is cached, and its thread pool has parked (a sweep
+    takes milliseconds). That is how a kernel starts inside a plan, after other kernels ran, rather
+    than on its tenth call in a row (benchmarks/plan_breakdown.py: efficientvit-b1's kernels took
+    6.0 ms called back to back, 7.1 ms in the plan, 7.8 ms after a sweep)."""
+
+    LINE = 64
+
+    def __init__(self, nbytes: int | None = None) -> None:
+        self.nbytes = nbytes if nbytes is not None else 2 * last_level_cache_bytes()
+        self._buffer: object = None
+
+    def __call__(self) -> None:
+        import numpy as np
+
+        if self._buffer is None:
+            self._buffer = np.ones(self.nbytes, np.uint8)
+        self._buffer[:: self.LINE].sum()   # type: ignore[index]
+
+
+def last_level_cache_bytes(default: int = 32 << 20) -> int:
+    """The largest CPU cache of cpu0 (Linux sysfs), else `default`."""
+    from pathlib import Path
+
+    sizes = []
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes, default=default)
+
+
 @dataclass(frozen=True)
 class Timing:
     """Seconds per call: the median and the 10th and 90th percentiles over `runs` timed samples."""
@@ -51,12 +89,13 @@ class Timing:
 
 def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS,
             min_seconds: float = DEFAULT_MIN_SECONDS, max_runs: int = MAX_RUNS,
-            clock: Clock = time.perf_counter_ns) -> Timing:
+            clock: Clock = time.perf_counter_ns, before: Callable[[], object] | None = None) -> Timing:
     """Time `fn()`: `warmup` untimed calls, then timed calls until `repeats` runs and `min_seconds` are done.
 
     Each call is timed on its own. The time counted toward `min_seconds` is wall time since the first
     timed call (loop overhead included), so a callable that returns at once still ends. Stops at
-    `max_runs` timed calls whatever the elapsed time.
+    `max_runs` timed calls whatever the elapsed time. `before`, if given, runs untimed before every
+    timed call (a CacheSweep: each call then starts as it would inside a plan).
     """
     _check_counts(warmup=warmup, repeats=repeats, max_runs=max_runs)
     if min_seconds < 0:
@@ -67,6 +106,8 @@ def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: 
     samples: list[int] = []
     start = clock()
     while len(samples) < max_runs and (len(samples) < repeats or clock() - start < min_ns):
+        if before is not None:
+            before()
         t0 = clock()
         fn()
         samples.append(clock() - t0)

@@ -258,10 +258,13 @@ def _default_backends(facts: PlanFacts) -> tuple[str, ...]:
 
 
 def _backend_version(name: str) -> str | None:
+    """The version profile records of `name` are stored under, timed as `korch optimize` times them."""
     from korch.backends import get_backend
+    from korch.profile.profiler import record_version
+    from korch.settings import ProfileSettings
 
     try:
-        return get_backend(name).version
+        return record_version(get_backend(name), ProfileSettings())
     except Exception as e:  # an optional backend that cannot start here: its records are simply not shown
         log.info("backend %s unavailable (%s); its profile records are not shown", name, e)
         return None

@@ -73,5 +73,8 @@ def _records(db: ProfileDB):
         keys = [row[0] for row in conn.execute("SELECT DISTINCT candidate_key FROM profiles")]
     from korch.backends import get_backend
     from korch.profile.database import machine_fingerprint
+    from korch.profile.profiler import record_version
+    from korch.settings import ProfileSettings
 
-    return db.get_many(keys, "onnxruntime", get_backend("onnxruntime").version, 1, machine_fingerprint()).values()
+    version = record_version(get_backend("onnxruntime"), ProfileSettings())
+    return db.get_many(keys, "onnxruntime", version, 1, machine_fingerprint()).values()

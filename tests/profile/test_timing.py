@@ -124,3 +124,24 @@ def test_summarize_single_sample_and_empty() -> None:
     assert summarize([0.25]) == Timing(0.25, 0.25, 0.25, 1)
     with pytest.raises(ValueError):
         summarize([])
+
+
+def test_before_runs_untimed_ahead_of_every_timed_call_and_counts_toward_min_seconds() -> None:
+    clock = FakeClock()
+    fn = clock.task("f", [1_000])                  # 1 µs per call
+    sweep = clock.task("sweep", [2_000_000])       # 2 ms per sweep: not in the samples
+    timing = measure(fn, warmup=1, repeats=3, min_seconds=0.01, clock=clock, before=sweep)
+    assert timing.median_s == pytest.approx(1e-6, rel=REL)
+    # One untimed warm-up call, then sweep/call pairs until 10 ms of wall time (sweeps included) are done.
+    assert clock.calls[:3] == ["f", "sweep", "f"] and clock.calls.count("sweep") == timing.runs == 5
+
+
+def test_cache_sweep_covers_the_last_level_cache() -> None:
+    from korch.profile.timing import CacheSweep, last_level_cache_bytes
+
+    llc = last_level_cache_bytes()
+    assert llc >= 1 << 20, "a machine korch runs on has a last-level cache of at least 1 MiB"
+    sweep = CacheSweep()
+    assert sweep.nbytes == 2 * llc
+    sweep()
+    sweep()

@@ -44,12 +44,11 @@ def sigmoid_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every backend rejects every candidate holding the sigmoid (the whole model too), with its reason."""
     measure_one = profiler._measure_one
 
-    def refusing(graph, job, env, options, threads, machine, *args) -> Record:
+    def refusing(graph, job, env, options, threads, machine, source, settings, *args) -> Record:
         if any(graph.nodes[i].op == "sigmoid" for i in job.candidate.nodes):
-            backend = profiler.get_backend(job.backend)
-            return Record.rejected(job.candidate.key, job.backend, backend.version, threads, machine,
-                                   REFUSALS[job.backend])
-        return measure_one(graph, job, env, options, threads, machine, *args)
+            version = profiler.record_version(profiler.get_backend(job.backend), settings)
+            return Record.rejected(job.candidate.key, job.backend, version, threads, machine, REFUSALS[job.backend])
+        return measure_one(graph, job, env, options, threads, machine, source, settings, *args)
 
     monkeypatch.setattr(profiler, "_measure_one", refusing)
 
