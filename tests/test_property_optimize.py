@@ -555,8 +555,10 @@ INDUCTOR_DISCOUNT = 0.01
 
 # Timings do not matter for correctness: profile each kernel a handful of times; the side-by-side
 # comparison is exercised (a plan may switch to the whole model), cheaply.
-FAST_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0)
-FAST_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=2)
+# These tests are about correct plans, not timings: kernels are timed back to back (a cache sweep per
+# timed call cost these tests 2 of their 3 minutes), and in-plan costs take two runs.
+FAST_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0, cold_cache=False)
+FAST_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=2, refine_runs=2)
 
 
 @pytest.fixture(scope="module")
@@ -610,7 +612,8 @@ def test_plan_with_regions_matches_onnxruntime(seed: int, db: ProfileDB) -> None
 @pytest.fixture
 def inductor_wins(monkeypatch: pytest.MonkeyPatch) -> list[Record]:
     """Discount Inductor's timings (correctness checks untouched); the tests using it also turn off
-    the side-by-side comparison (measurement would swap the discounted kernels back out). Collects
+    in-plan costs and the side-by-side comparison (measurement would swap the discounted kernels back
+    out). Collects
     the Inductor records profiled."""
     measure_one = profiler._measure_one
     seen: list[Record] = []
@@ -637,7 +640,7 @@ def test_plan_with_inductor_kernels_matches_onnxruntime(seed: int, inductor_wins
     # region would beat a mix), so plans mix Inductor and onnxruntime kernels.
     settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
                                 profile=replace(FAST_PROFILE, inductor_budget=4, inductor_region_budget=1 - seed % 2),
-                                selection=replace(FAST_SELECTION, duel_rounds=0),
+                                selection=replace(FAST_SELECTION, duel_rounds=0, refine_rounds=0),
                                 regions=None if seed % 2 else RegionLimits())
     # its own cache: discounted Inductor records must not leak into other tests' plans
     with ProfileDB(tmp_path_factory.mktemp("inductor-cache") / "profiles.sqlite") as db:
@@ -645,7 +648,8 @@ def test_plan_with_inductor_kernels_matches_onnxruntime(seed: int, inductor_wins
         # onnxruntime<->Inductor crossing cost would rightly keep discounted kernels out of the plan
         free = {(p, c, layout): Line(0.0, 0.0) for p in settings.backends for c in settings.backends
                 for layout in LAYOUTS}
-        db.put_boundaries(machine_fingerprint(), settings.threads, versions(settings.backends), free)
+        db.put_boundaries(machine_fingerprint(), settings.threads,
+                          versions(settings.backends, settings.profile.cold_cache), free)
         plan = check_optimized(seed, db, settings)
     rejected = [r.reason for r in inductor_wins if r.status != Status.OK and not r.reason.startswith("unsupported")]
     assert not rejected, rejected

@@ -47,3 +47,16 @@ def test_kernel_failure_names_step_engine_and_nodes_and_session_stays_usable(tmp
         feeds = {"idx": rng.integers(-ROWS, ROWS, 3).astype(np.int64)}
         got = dict(zip(plan.graph.outputs, session.run(None, feeds)))
         assert [d.rel for d in diff_outputs(got, run_onnxruntime(model, feeds))] == [0.0]
+
+
+def test_step_times_time_every_step_and_leave_run_untouched(tmp_path: Path) -> None:
+    model = _gather_model()
+    plan = korch.optimize(model, threads=1, backends=["onnxruntime"], cache_dir=tmp_path / "cache")
+    session = korch.compile(plan)
+    feeds = {"idx": np.random.default_rng().integers(-ROWS, ROWS, 3).astype(np.int64)}
+    times = session.step_times(feeds)
+    assert len(times) == len(plan.steps) and all(t > 0 for t in times)
+    got = dict(zip(plan.graph.outputs, session.run(None, feeds)))
+    assert [d.rel for d in diff_outputs(got, run_onnxruntime(model, feeds))] == [0.0]
+    with pytest.raises(KernelRunError):      # a failing step raises the same way when timed
+        session.step_times({"idx": np.array([0, ROWS + 40, 1], np.int64)})

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 Clock = Callable[[], int]
 
 # First calls pay one-time costs (lazy allocation, page faults, cold caches, JIT/guard set-up).
@@ -50,14 +52,12 @@ class CacheSweep:
 
     def __init__(self, nbytes: int | None = None) -> None:
         self.nbytes = nbytes if nbytes is not None else 2 * last_level_cache_bytes()
-        self._buffer: object = None
+        self._lines: np.ndarray | None = None      # one byte of each line, allocated on first use
 
     def __call__(self) -> None:
-        import numpy as np
-
-        if self._buffer is None:
-            self._buffer = np.ones(self.nbytes, np.uint8)
-        self._buffer[:: self.LINE].sum()   # type: ignore[index]
+        if self._lines is None:
+            self._lines = np.ones(self.nbytes, np.uint8)[:: self.LINE]
+        self._lines.sum()
 
 
 def last_level_cache_bytes(default: int = 32 << 20) -> int:
