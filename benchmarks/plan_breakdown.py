@@ -9,7 +9,12 @@ selection does, compiled, and timed in rotating rounds:
 - plan:      the whole plan, end to end (`Session.run`), as measured selection times it;
 - in plan:   each step inside a plan run (`Session.step_times`): what the step costs among its neighbours;
 - hot:       each step alone on the inputs it gets in the plan, back to back, as the profiler times it;
-- cold:      each step alone after a 64 MiB sweep that evicts the last-level cache before every call.
+- cold:      each step alone after a 64 MiB sweep that evicts the last-level cache before every call;
+- paused:    each step inside a plan run that starts as a side-by-side turn does (korch bench, measured
+             selection's comparison): after SETTLE_SECONDS idle and TURN_WARMUP untimed runs.
+
+With --whole ENGINE, the same engine's whole-model kernel is timed back to back and after the pause,
+for comparison: a plan that suffers more from the pause than the whole model loses side by side.
 
 Printed: the totals (sum of profiles + predicted boundaries = predicted; the plan as measured), and
 the steps whose time in the plan exceeds their profile the most. Nothing is written.
@@ -40,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--whole", action="append", default=[], metavar="ENGINE",
+                   help="also time this engine's whole-model kernel back to back and after the pause")
     args = p.parse_args(argv)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(args.work / "inductor-cache"))
 
@@ -49,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from korch.profile.boundaries import boundary_model
     from korch.profile.database import ProfileDB, machine_fingerprint
     from korch.profile.profiler import profile
-    from korch.profile.timing import measure
+    from korch.profile.timing import SETTLE_SECONDS, TURN_WARMUP, measure
     from korch.runtime import Session
     from korch.runtime.session import compile_step
     from korch.select.measured import _Context
@@ -98,23 +105,61 @@ def main(argv: list[str] | None = None) -> int:
             samples.append(time.perf_counter() - t0)
         return statistics.median(samples)
 
+    def after_pause(call, warmup=TURN_WARMUP):
+        """`call()` as a side-by-side turn runs it: after the pause and the untimed warm-up runs."""
+        time.sleep(SETTLE_SECONDS)
+        for _ in range(warmup):
+            call()
+        t0 = time.perf_counter()
+        result = call()
+        return time.perf_counter() - t0, result
+
+    wholes = {}
+    for engine in args.whole:
+        whole_plan, _ = ctx.whole_model(engine)
+        wholes[engine] = compile_step(whole_plan, whole_plan.steps[0])
+    whole_inputs = [feeds[i] for i in graph.inputs]
+    whole_b2b: dict[str, list[float]] = {e: [] for e in wholes}
+    whole_paused: dict[str, list[float]] = {e: [] for e in wholes}
+
     n = len(plan.steps)
     plan_s, in_plan, hot, cold_s = [], [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)]
+    plan_paused, paused = [], [[] for _ in range(n)]
     for r in range(args.rounds):
         print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
         plan_s.append(measure(lambda: session.run(None, feeds), warmup=2, repeats=7, min_seconds=0.3).median_s)
         runs = [session.step_times(feeds) for _ in range(7)]
         for k in range(n):
             in_plan[k].append(statistics.median(run[k] for run in runs))
+        plan_paused.append(statistics.median(after_pause(lambda: session.run(None, feeds))[0] for _ in range(5)))
+        runs = [after_pause(lambda: session.step_times(feeds))[1] for _ in range(7)]
+        for k in range(n):
+            paused[k].append(statistics.median(run[k] for run in runs))
+        for engine, kernel in wholes.items():
+            whole_b2b[engine].append(measure(lambda kernel=kernel: kernel.run(whole_inputs), warmup=2, repeats=7,
+                                             min_seconds=0.3).median_s)
+            whole_paused[engine].append(statistics.median(
+                after_pause(lambda kernel=kernel: kernel.run(whole_inputs))[0] for _ in range(5)))
         for k, (kernel, inputs) in enumerate(zip(kernels, step_inputs)):
             hot[k].append(measure(lambda kernel=kernel, inputs=inputs: kernel.run(inputs), warmup=2, repeats=5, min_seconds=0.05).median_s)
             cold_s[k].append(cold(kernel, inputs))
+
+    # How many untimed runs after the pause a plan needs before it runs at its back-to-back speed.
+    warmups = (0, 1, 2, 4, 8)
+    recovery: dict[str, dict[int, list[float]]] = {name: {w: [] for w in warmups} for name in ["plan", *wholes]}
+    calls = {"plan": lambda: session.run(None, feeds),
+             **{e: (lambda kernel=kernel: kernel.run(whole_inputs)) for e, kernel in wholes.items()}}
+    for _ in range(args.rounds * 3):
+        for w in warmups:
+            for name, call in calls.items():
+                recovery[name][w].append(after_pause(call, w)[0])
 
     med = statistics.median
     rows = []
     for k, step in enumerate(plan.steps):
         nbytes = sum(x.nbytes for x in step_inputs[k])
-        rows.append((k, step, step.cost_s, med(hot[k]), med(cold_s[k]), med(in_plan[k]), boundary_s(k), nbytes))
+        rows.append((k, step, step.cost_s, med(hot[k]), med(cold_s[k]), med(in_plan[k]), boundary_s(k), nbytes,
+                     med(paused[k])))
     ms = 1e3
     print(f"{args.model}: {n} kernels ({', '.join(f'{b} {c}' for b, c in plan.kernels_by_backend().items())}), "
           f"threads {args.threads}")
@@ -123,14 +168,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  plan measured {med(plan_s) * ms:.2f} ms (rounds {', '.join(f'{t * ms:.2f}' for t in plan_s)})")
     print(f"  sum in plan {sum(r[5] for r in rows) * ms:.2f} ms, sum hot {sum(r[3] for r in rows) * ms:.2f}, "
           f"sum cold {sum(r[4] for r in rows) * ms:.2f}")
+    print(f"  after a {SETTLE_SECONDS * ms:.0f} ms pause and {TURN_WARMUP} untimed run: plan {med(plan_paused) * ms:.2f} ms, "
+          f"sum of steps {sum(r[8] for r in rows) * ms:.2f} ms")
+    for engine in wholes:
+        print(f"  {engine}'s whole model: back to back {med(whole_b2b[engine]) * ms:.2f} ms, after the pause "
+              f"{med(whole_paused[engine]) * ms:.2f} ms")
+    print(f"  after a {SETTLE_SECONDS * ms:.0f} ms pause and W untimed runs (W = {', '.join(map(str, warmups))}):")
+    for name, by_w in recovery.items():
+        print(f"    {name}: " + ", ".join(f"{med(by_w[w]) * ms:.2f}" for w in warmups) + " ms")
     print(f"  in plan - profile: {sum(r[5] - r[2] for r in rows) * ms:+.2f} ms; hot - profile "
           f"{sum(r[3] - r[2] for r in rows) * ms:+.2f}; plan - sum in plan {(med(plan_s) - sum(r[5] for r in rows)) * ms:+.2f}")
     print()
-    print("| step | backend | prims | onnx nodes | input MiB | profile ms | hot ms | cold ms | in plan ms | boundary ms |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for k, step, prof, h, c, ip, b, nbytes in sorted(rows, key=lambda r: -(r[5] - r[2]))[: args.top]:
+    print("| step | backend | prims | onnx nodes | input MiB | profile ms | hot ms | cold ms | in plan ms | paused ms "
+          "| boundary ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for k, step, prof, h, c, ip, b, nbytes, pz in sorted(rows, key=lambda r: -(r[5] - r[2]))[: args.top]:
         print(f"| {k + 1} | {step.backend} | {len(step.nodes)} | {len(step.onnx_nodes)} | {nbytes / 2**20:.2f} | "
-              f"{prof * ms:.3f} | {h * ms:.3f} | {c * ms:.3f} | {ip * ms:.3f} | {b * ms:.3f} |")
+              f"{prof * ms:.3f} | {h * ms:.3f} | {c * ms:.3f} | {ip * ms:.3f} | {pz * ms:.3f} | {b * ms:.3f} |")
     return 0
 
 
