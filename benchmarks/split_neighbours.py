@@ -1,0 +1,126 @@
+"""Does a split plan read slower side by side, and next to whom? One two-engine plan, several line-ups.
+
+    python benchmarks/split_neighbours.py MODEL CUT [--first openvino] [--second onnxruntime]
+                                          [--threads 2] [--rounds 15]
+
+The plan: engine --first runs primitives [0, CUT) as one region, --second the rest (see
+two_engine_split.py for the cuts). It is timed back to back, then side by side (`korch bench`'s
+protocol: a 60 ms pause and one untimed call per turn) alone, beside an identical second copy
+(compiled separately), beside each engine's whole model, and beside both. Last, each copy's steps
+are timed one run at a time under the same protocol, with the CPU time every thread of this process
+used during the run (from /proc/self/task): CPU time near the wall time means the plan ran on about
+one core; near twice the wall time (2 threads), on both. Measured selection reads split plans side by
+side (korch/select/measured.py), so a plan that reads much slower there than back to back loses its
+duel whatever its kernels cost: this separates the plan from its neighbours. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds each thread of this process has run (Linux schedstat: nanoseconds on a CPU)."""
+    out = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/schedstat") as f:
+                out[int(task)] = int(f.read().split()[0]) / 1e9
+        except OSError:              # the thread ended
+            continue
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("cut", type=int)
+    p.add_argument("--first", default="openvino")
+    p.add_argument("--second", default="onnxruntime")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=15)
+    args = p.parse_args(argv)
+
+    from korch import __version__
+    from korch.backends import CompileOptions, get_backend
+    from korch.candidates.regions import _region
+    from korch.frontend.regions import OnnxSource
+    from korch.pipeline import run_fission
+    from korch.plan import Plan, Step
+    from korch.profile.database import machine_fingerprint
+    from korch.profile.timing import SETTLE_SECONDS, TURN_WARMUP, measure, side_by_side
+    from korch.profile.profiler import compile_candidate
+    from korch.runtime import Session
+    from korch.verify import random_feeds
+
+    fissioned = run_fission(args.model)
+    graph = fissioned.graph
+    n = len(graph.nodes)
+    if not 0 < args.cut < n:
+        print(f"cut must be in 1..{n - 1} for {args.model}", file=sys.stderr)
+        return 2
+    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+    feeds = random_feeds(graph, 0)
+    machine = machine_fingerprint()
+
+    def session(parts: list[tuple[int, int, str]]) -> Session:
+        steps, kernels = [], []
+        for start, end, engine in parts:
+            cand = _region(graph, start, end)
+            options = CompileOptions(threads=args.threads, runs_alone=len(parts) == 1)
+            kernels.append(compile_candidate(graph, cand, engine, options, source))
+            onnx_nodes = cand.onnx_nodes if get_backend(engine).accepts_onnx else ()
+            steps.append(Step(engine, cand.nodes, cand.inputs, cand.outputs, cand.key, 0.0, onnx_nodes))
+        return Session(Plan(graph, tuple(steps), args.threads, machine, __version__, source), kernels)
+
+    parts = [(0, args.cut, args.first), (args.cut, n, args.second)]
+    split, twin = session(parts), session(parts)
+    wholes = {e: session([(0, n, e)]) for e in dict.fromkeys([args.first, args.second])}
+
+    def call(s: Session):
+        return lambda: s.run(None, feeds)
+
+    ms = 1e3
+    one = measure(call(split), warmup=3, repeats=20, min_seconds=0.3)
+    print(f"{args.model}: {args.first} [0, {args.cut}) then {args.second} [{args.cut}, {n}), {args.threads} threads")
+    print(f"  back to back: {one.median_s * ms:.2f} ms ({one.p10_s * ms:.2f}-{one.p90_s * ms:.2f})")
+    lineups = {"alone": {"split": call(split)}, "beside a copy": {"split": call(split), "copy": call(twin)}}
+    for engine, s in wholes.items():
+        lineups[f"beside {engine}'s whole model"] = {"split": call(split), engine: call(s)}
+    lineups["beside both whole models"] = {"split": call(split), **{e: call(s) for e, s in wholes.items()}}
+    for label, fns in lineups.items():
+        timings = side_by_side(fns, args.rounds, one.median_s)
+        print(f"  side by side, {label}: " + ", ".join(
+            f"{k} {t.median_s * ms:.2f} ({t.p10_s * ms:.2f}-{t.p90_s * ms:.2f})" for k, t in timings.items()), flush=True)
+
+    steps: dict[str, list[list[float]]] = {"split": [], "copy": []}
+    usage: dict[str, list[tuple[float, float, int]]] = {"split": [], "copy": []}
+    sessions = {"split": split, "copy": twin}
+    for r in range(args.rounds):
+        for name in (["split", "copy"] if r % 2 == 0 else ["copy", "split"]):
+            time.sleep(SETTLE_SECONDS)
+            for _ in range(TURN_WARMUP):
+                sessions[name].run(None, feeds)
+            before = thread_cpu()
+            t0 = time.perf_counter()
+            steps[name].append(sessions[name].step_times(feeds))
+            wall = time.perf_counter() - t0
+            after = thread_cpu()
+            used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+            usage[name].append((wall, sum(used.values()), sum(u > 1e-3 for u in used.values())))
+    for name, runs in steps.items():
+        wall = statistics.median(u[0] for u in usage[name])
+        cpu = statistics.median(u[1] for u in usage[name])
+        busy = statistics.median(u[2] for u in usage[name])
+        print(f"  per step after the pause, {name}: " + ", ".join(
+            f"{statistics.median(run[k] for run in runs) * ms:.2f}" for k in range(len(parts)))
+            + f" ms; run {wall * ms:.2f} ms wall, {cpu * ms:.2f} ms CPU over {busy:.0f} busy threads")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
