@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--second", default="onnxruntime")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--settle", type=float, help="pause before each turn, seconds (default: korch's SETTLE_SECONDS)")
     args = p.parse_args(argv)
 
     from korch import __version__
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from korch.pipeline import run_fission
     from korch.plan import Plan, Step
     from korch.profile.database import machine_fingerprint
-    from korch.profile.timing import SETTLE_SECONDS, TURN_WARMUP, measure, side_by_side
+    from korch.profile.timing import SETTLE_SECONDS, TURN_WARMUP, interleaved, measure
     from korch.profile.profiler import compile_candidate
     from korch.runtime import Session
     from korch.verify import random_feeds
@@ -85,15 +86,17 @@ def main(argv: list[str] | None = None) -> int:
         return lambda: s.run(None, feeds)
 
     ms = 1e3
+    settle = SETTLE_SECONDS if args.settle is None else args.settle
     one = measure(call(split), warmup=3, repeats=20, min_seconds=0.3)
     print(f"{args.model}: {args.first} [0, {args.cut}) then {args.second} [{args.cut}, {n}), {args.threads} threads")
+    print(f"  pause before each turn: {settle * ms:.0f} ms")
     print(f"  back to back: {one.median_s * ms:.2f} ms ({one.p10_s * ms:.2f}-{one.p90_s * ms:.2f})")
     lineups = {"alone": {"split": call(split)}, "beside a copy": {"split": call(split), "copy": call(twin)}}
     for engine, s in wholes.items():
         lineups[f"beside {engine}'s whole model"] = {"split": call(split), engine: call(s)}
     lineups["beside both whole models"] = {"split": call(split), **{e: call(s) for e, s in wholes.items()}}
     for label, fns in lineups.items():
-        timings = side_by_side(fns, args.rounds, one.median_s)
+        timings = interleaved(fns, args.rounds, calls_per_round=1, settle_s=settle, turn_warmup=TURN_WARMUP)
         print(f"  side by side, {label}: " + ", ".join(
             f"{k} {t.median_s * ms:.2f} ({t.p10_s * ms:.2f}-{t.p90_s * ms:.2f})" for k, t in timings.items()), flush=True)
 
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     sessions = {"split": split, "copy": twin}
     for r in range(args.rounds):
         for name in (["split", "copy"] if r % 2 == 0 else ["copy", "split"]):
-            time.sleep(SETTLE_SECONDS)
+            time.sleep(settle)
             for _ in range(TURN_WARMUP):
                 sessions[name].run(None, feeds)
             before = thread_cpu()
