@@ -123,7 +123,9 @@ def main() -> int:
             results = [r for r in results if (r["model"], r["threads"]) != (name, threads)]
             results.append(run_one(name, threads, out, previous))
             results_path.write_text(json.dumps(results, indent=1))
-    print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+    from korch.profile.database import machine_fingerprint
+
+    print(f"Machine: {machine_fingerprint()}, Python {platform.python_version()}; "
           f"run on {date.today().isoformat()}\n")
     print(table(results))
     return 0

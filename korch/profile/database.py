@@ -328,21 +328,45 @@ def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def machine_fingerprint(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """CPU model, CPU count and platform: the same string on every run on one machine."""
-    model = _cpu_model(cpuinfo) or platform.processor() or "unknown cpu"
-    return f"{model} | {os.cpu_count()} cpus | {platform.system()} {platform.machine()}"
+    """CPU model, CPU count and platform: the same string on every run on one machine. Virtual machines
+    often name only the vendor line ("AMD EPYC"), so the CPU family and model numbers, the vector
+    instruction sets kernels are specialised for and the cache size are part of it too: profiles and
+    plans from a Zen 2 host are not reused on a Zen 4 host that calls itself the same."""
+    fields = _cpuinfo_fields(cpuinfo)
+    model = _cpu_model(fields) or platform.processor() or "unknown cpu"
+    details = []
+    if fields.get("cpu family", "").isdigit() and fields.get("model", "").isdigit():
+        details.append(f"family {fields['cpu family']} model {fields['model']}")
+    flags = set((fields.get("flags") or fields.get("features") or "").split())
+    isa = [f for f in _VECTOR_ISA if f in flags]
+    if isa:
+        details.append(" ".join(isa))
+    if fields.get("cache size"):
+        details.append(f"cache {fields['cache size']}")
+    described = f"{model} ({', '.join(details)})" if details else model
+    return f"{described} | {os.cpu_count()} cpus | {platform.system()} {platform.machine()}"
 
 
-def _cpu_model(cpuinfo: Path) -> str | None:
+# Instruction sets that change which kernels the engines run (/proc/cpuinfo flags on x86, features on ARM).
+_VECTOR_ISA = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile",
+               "asimd", "sve", "sve2")
+
+
+def _cpuinfo_fields(cpuinfo: Path) -> dict[str, str]:
+    """The first CPU's fields of /proc/cpuinfo (lower-case names), {} if it cannot be read."""
     try:
         text = cpuinfo.read_text(errors="replace")
     except OSError:
-        return None
+        return {}
     fields: dict[str, str] = {}
     for line in text.splitlines():
         name, sep, value = line.partition(":")
         if sep and value.strip():
             fields.setdefault(name.strip().lower(), " ".join(value.split()))
+    return fields
+
+
+def _cpu_model(fields: dict[str, str]) -> str | None:
     for name in ("model name", "cpu model", "model", "hardware", "processor"):   # x86, MIPS, ARM boards
         if name in fields and not fields[name].isdigit():
             return fields[name]

@@ -356,3 +356,20 @@ def test_machine_fingerprint_is_stable_and_reads_cpuinfo(tmp_path: Path) -> None
                        "model name\t: Example   CPU  9000\n")
     assert machine_fingerprint(cpuinfo).startswith("Example CPU 9000 | ")
     assert machine_fingerprint(tmp_path / "missing") != ""
+
+
+def test_machine_fingerprint_tells_hosts_with_one_name_apart(tmp_path: Path) -> None:
+    """A VM that names only "AMD EPYC": family/model numbers, vector ISA and cache size tell hosts apart;
+    flags that do not change kernels (sse, a hypervisor bit) do not."""
+    def fingerprint(model: str, flags: str, cache: str = "16384 KB") -> str:
+        path = tmp_path / "cpuinfo"
+        path.write_text(f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: {model}\n"
+                        f"model name\t: AMD EPYC\ncache size\t: {cache}\nflags\t\t: {flags}\n")
+        return machine_fingerprint(path)
+
+    zen2 = fingerprint("49", "fpu sse sse2 avx fma avx2 sha_ni")
+    assert zen2.startswith("AMD EPYC (family 23 model 49, avx2 fma, cache 16384 KB) | ")
+    assert fingerprint("49", "fpu sse sse2 avx fma avx2 sha_ni hypervisor") == zen2
+    assert fingerprint("17", "fpu sse sse2 avx fma avx2 sha_ni") != zen2
+    assert fingerprint("49", "fpu sse avx fma avx2 avx512f avx512_vnni") != zen2
+    assert fingerprint("49", "fpu sse sse2 avx fma avx2 sha_ni", cache="32768 KB") != zen2
