@@ -46,17 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, help="pause before each turn, seconds (default: korch's SETTLE_SECONDS)")
     args = p.parse_args(argv)
 
-    from korch import __version__
-    from korch.backends import CompileOptions, get_backend
-    from korch.candidates.regions import _region
     from korch.frontend.regions import OnnxSource
     from korch.pipeline import run_fission
-    from korch.plan import Plan, Step
-    from korch.profile.database import machine_fingerprint
     from korch.profile.timing import SETTLE_SECONDS, TURN_WARMUP, interleaved, measure
-    from korch.profile.profiler import compile_candidate
-    from korch.runtime import Session
+    from korch.runtime import Session, compile_plan
     from korch.verify import random_feeds
+    from two_engine_split import region_plan        # this directory is on sys.path when run as a script
 
     fissioned = run_fission(args.model)
     graph = fissioned.graph
@@ -66,17 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
     feeds = random_feeds(graph, 0)
-    machine = machine_fingerprint()
 
     def session(parts: list[tuple[int, int, str]]) -> Session:
-        steps, kernels = [], []
-        for start, end, engine in parts:
-            cand = _region(graph, start, end)
-            options = CompileOptions(threads=args.threads, runs_alone=len(parts) == 1)
-            kernels.append(compile_candidate(graph, cand, engine, options, source))
-            onnx_nodes = cand.onnx_nodes if get_backend(engine).accepts_onnx else ()
-            steps.append(Step(engine, cand.nodes, cand.inputs, cand.outputs, cand.key, 0.0, onnx_nodes))
-        return Session(Plan(graph, tuple(steps), args.threads, machine, __version__, source), kernels)
+        return compile_plan(region_plan(graph, source, parts, args.threads))
 
     parts = [(0, args.cut, args.first), (args.cut, n, args.second)]
     split, twin = session(parts), session(parts)

@@ -25,6 +25,22 @@ import time
 import numpy as np
 
 
+def region_plan(graph, source, parts, threads: int):
+    """A plan of regions of whole ONNX nodes, in order: (start, end, engine) runs primitives [start, end)."""
+    from korch import __version__
+    from korch.backends import get_backend
+    from korch.candidates.regions import _region
+    from korch.plan import Plan, Step
+    from korch.profile.database import machine_fingerprint
+
+    steps = []
+    for start, end, engine in parts:
+        cand = _region(graph, start, end)
+        onnx_nodes = cand.onnx_nodes if get_backend(engine).accepts_onnx else ()
+        steps.append(Step(engine, cand.nodes, cand.inputs, cand.outputs, cand.key, 0.0, onnx_nodes))
+    return Plan(graph, tuple(steps), threads, machine_fingerprint(), __version__, source)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
@@ -35,16 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     args = p.parse_args(argv)
 
-    from korch import __version__
-    from korch.backends import CompileOptions, get_backend
-    from korch.candidates.regions import _region, cut_positions, onnx_spans
+    from korch.candidates.regions import cut_positions, onnx_spans
     from korch.frontend.regions import OnnxSource
     from korch.pipeline import run_fission
-    from korch.plan import Plan, Step
-    from korch.profile.database import machine_fingerprint
-    from korch.profile.profiler import compile_candidate
     from korch.profile.timing import measure, side_by_side
     from korch.runtime import Session
+    from korch.runtime.session import compile_step
     from korch.verify import random_feeds
 
     engines = args.engines.split(",")
@@ -62,23 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     chosen = sorted({cuts[round(k * (len(cuts) - 1) / max(1, args.cuts - 1))] for k in range(args.cuts)})
     feeds = random_feeds(graph, 0)
-    machine = machine_fingerprint()
-    kernels: dict[tuple[int, int, str], tuple[Step, object]] = {}
-
-    def kernel(start: int, end: int, engine: str, alone: bool) -> tuple[Step, object]:
-        if (start, end, engine) not in kernels:
-            cand = _region(graph, start, end)
-            compiled = compile_candidate(graph, cand, engine, CompileOptions(threads=args.threads, runs_alone=alone),
-                                         source)
-            onnx_nodes = cand.onnx_nodes if get_backend(engine).accepts_onnx else ()
-            step = Step(engine, cand.nodes, cand.inputs, cand.outputs, cand.key, 0.0, onnx_nodes)
-            kernels[(start, end, engine)] = (step, compiled)
-        return kernels[(start, end, engine)]
+    kernels = {}        # by step: a prefix or suffix is compiled once for all the plans it is in
 
     def session(parts: list[tuple[int, int, str]]) -> Session:
-        made = [kernel(s, e, eng, len(parts) == 1) for s, e, eng in parts]
-        plan = Plan(graph, tuple(st for st, _ in made), args.threads, machine, __version__, source)
-        return Session(plan, [k for _, k in made])
+        plan = region_plan(graph, source, parts, args.threads)
+        for step in plan.steps:
+            if step not in kernels:
+                kernels[step] = compile_step(plan, step)
+        return Session(plan, [kernels[step] for step in plan.steps])
 
     def timed(sess: Session) -> float:
         return measure(lambda: sess.run(None, feeds), warmup=3, repeats=10, min_seconds=0.3).median_s
