@@ -29,7 +29,7 @@ from korch.select import Option
 from korch.select.coverage import require_cover
 from korch.select.measured import SelectionStats, measured_selection
 from korch.settings import OptimizeSettings
-from korch.verify import DEFAULT_RTOL, PlanCheck, VerifyReport, check_plan_outputs, verify_graph
+from korch.verify import DEFAULT_RTOL, PlanCheck, PlanChecker, VerifyReport, verify_graph
 
 log = logging.getLogger("korch.pipeline")
 
@@ -182,16 +182,16 @@ def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
     return options, steps
 
 
-def check_plan(plan: Plan, session: Session, model: onnx.ModelProto, settings: OptimizeSettings) -> PlanCheck:
-    """The compiled plan against onnxruntime on `check_inputs` fresh random inputs, per output, under
-    the accuracy policy (korch/settings.py)."""
+def plan_checker(graph: Graph, model: onnx.ModelProto, settings: OptimizeSettings) -> PlanChecker:
+    """Checks plans against onnxruntime on `check_inputs` fresh random inputs, per output, under the
+    accuracy policy (korch/settings.py)."""
     policy = settings.accuracy
     seeds = [settings.seed + 1 + k * 1000 for k in range(policy.check_inputs)]
+    return PlanChecker(graph, model, seeds, policy.rtol, policy.tolerance)
 
-    def run(feeds):
-        return dict(zip(plan.graph.outputs, session.run(None, feeds)))
 
-    return check_plan_outputs(run, plan.graph, model, seeds, policy.rtol, policy.tolerance)
+def check_plan(plan: Plan, session: Session, checker: PlanChecker) -> PlanCheck:
+    return checker(lambda feeds: dict(zip(plan.graph.outputs, session.run(None, feeds))))
 
 
 def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, settings: OptimizeSettings = OptimizeSettings(),
@@ -218,10 +218,11 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                                 settings.profile.cold_cache)
     calibrate_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries)
+    checker = plan_checker(graph, fissioned.model, settings)
+    selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker)
     select_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    check = check_plan(selected.plan, selected.session, fissioned.model, settings)
+    check = selected.check or check_plan(selected.plan, selected.session, checker)
     stats = OptimizeStats(
         primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque), candidates=len(cands.all), regions=len(cands.regions),
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,

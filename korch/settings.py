@@ -65,7 +65,9 @@ class AccuracyPolicy:
     within `rtol`, or within `fp32_factor` times the error that onnxruntime itself shows against
     korch's float64-accumulating reference on the same model and inputs, whichever is larger: on a
     deep model (yolov4) fp32 rounding alone puts every engine ~3e-4 from exact, and refusing that
-    would refuse the engines themselves.
+    would refuse the engines themselves. A kernel's error is taken against that reference; a plan
+    output's against onnxruntime, and against the reference when it misses `rtol` there
+    (verify.OutputCheck says why).
     """
 
     rtol: float = 1e-4

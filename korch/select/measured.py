@@ -17,6 +17,13 @@ close contenders wrongly. So:
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
    side-by-side comparison, interleaved like `korch bench`, with the split plan. A split plan must
    win by `multi_kernel_margin`; otherwise the fastest whole-model kernel is the plan.
+   Before they are timed, the split plan and each contender are checked against onnxruntime on
+   fresh random inputs (verify.PlanChecker: the accuracy policy that also judges the final plan).
+   One that disagrees is dropped, with the check's words in the reason; if every contender
+   disagrees, the other engines' whole-model kernels are tried, cheapest first. Kernels are each
+   accepted within the model-wide tolerance, but their errors can add up along a deep model past
+   what one output allows (yolov4 on an AVX2 host), and such a plan must cost a fallback, not the
+   whole run.
 3. What was kept and why is recorded in words ("the best split plan measured 45.6 ms side by side,
    onnxruntime's whole model 39.0 ms"), and stored in the profile database, so a warm run solves,
    compiles and times once.
@@ -34,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from korch.backends import Kernel
+from korch.errors import VerificationError
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
@@ -44,13 +52,13 @@ from korch.runtime import Session, compile_plan
 from korch.runtime.session import compile_step
 from korch.select.blp import Option, Selection, SelectionError, solve
 from korch.settings import OptimizeSettings
-from korch.verify import random_feeds
+from korch.verify import PlanCheck, PlanChecker, random_feeds
 
 log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v4-in-plan-costs"
+PROCEDURE = "measured-selection-v5-checked-contenders"
 SPLIT = "split"
 
 
@@ -77,6 +85,7 @@ class SelectionStats:
     in_plan_costs: int = 0                # kernels whose profile was replaced by their time in a plan
     cycle_cuts: int = 0                   # the kept plan's solve: cuts against plans that cannot be ordered
     resolves: int = 0                     # ... and the re-solves they took
+    inaccurate: Mapping[str, str] = field(default_factory=dict)   # contenders dropped by the check: SPLIT or engine -> why
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,7 @@ class Selected:
     plan: Plan
     session: Session
     stats: SelectionStats
+    check: PlanCheck | None = None        # the kept plan's accuracy check, when selection ran one
 
 
 @dataclass(frozen=True)
@@ -120,10 +130,11 @@ class _Context:
 
     def __init__(self, graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                  source: OnnxSource | None, settings: OptimizeSettings, machine: str,
-                 boundaries: BoundaryModel) -> None:
+                 boundaries: BoundaryModel, checker: PlanChecker | None) -> None:
         from korch import __version__
 
         self.graph, self.steps, self.source, self.settings = graph, steps, source, settings
+        self.checker = checker
         self.boundaries = boundaries
         self.machine, self.version = machine, __version__
         everything = frozenset(range(len(graph.nodes)))
@@ -192,6 +203,12 @@ class _Context:
         return measure(lambda: session.run(None, self.feeds), warmup=s.plan_warmup, repeats=s.plan_repeats,
                        min_seconds=s.plan_min_seconds).median_s
 
+    def check(self, plan: Plan, session: Session) -> PlanCheck | None:
+        """The plan against onnxruntime on the checker's inputs (None: no checker, nothing checked)."""
+        if self.checker is None:
+            return None
+        return self.checker(lambda feeds: dict(zip(plan.graph.outputs, session.run(None, feeds))))
+
     def whole_model(self, backend: str) -> tuple[Plan, Selection]:
         o = self.whole[backend]
         selection = Selection((o,), o.cost, o.cost, 0.0, True)
@@ -201,11 +218,13 @@ class _Context:
 
 def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                        source: OnnxSource | None, settings: OptimizeSettings, machine: str,
-                       db: ProfileDB | None = None, boundaries: BoundaryModel | None = None) -> Selected:
-    """The fastest plan as measured: the best split plan or one engine's whole model (module doc).
-    `boundaries`: the machine's calibrated boundary costs (None: boundaries cost nothing)."""
+                       db: ProfileDB | None = None, boundaries: BoundaryModel | None = None,
+                       checker: PlanChecker | None = None) -> Selected:
+    """The fastest plan as measured, of those that pass `checker`: the best split plan or one engine's
+    whole model (module doc). `boundaries`: the machine's calibrated boundary costs (None: boundaries
+    cost nothing). `checker`: None checks nothing (the caller checks the plan kept)."""
     ctx = _Context(graph, options, steps, source, settings, machine,
-                   boundaries if boundaries is not None else BoundaryModel())
+                   boundaries if boundaries is not None else BoundaryModel(), checker)
     problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
@@ -271,22 +290,56 @@ def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
 def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
              costs: Mapping[str, float]) -> Selected:
     s = ctx.settings.selection
-    engines = _contenders(ctx, split)
+    inaccurate: dict[str, str] = {}
+    checks: dict[str, PlanCheck | None] = {}
+    split_timed = split is not None and split.session is not None
+    if split_timed:
+        assert split is not None and split.session is not None
+        check = ctx.check(split.plan, split.session)
+        if check is not None and not check.ok:
+            inaccurate[SPLIT] = f"the best split plan ({len(split.plan.steps)} kernels) disagrees with onnxruntime " \
+                                f"({check.summary()})"
+            log.warning("%s; not compared", inaccurate[SPLIT])
+            split_timed = False
+        checks[SPLIT] = check
     compiled: dict[str, tuple[Plan, Selection, Session]] = {}
-    for backend in engines:
+    tried: set[str] = set()
+
+    def admit(backend: str) -> None:
+        """Compile and check one engine's whole-model kernel; a contender if it passes."""
+        tried.add(backend)
         plan, selection = ctx.whole_model(backend)
         try:
-            compiled[backend] = plan, selection, compile_plan(plan)
+            session = compile_plan(plan)
         except Exception as e:  # it compiled when profiled; a failure now only removes a contender
             log.warning("whole-model kernel on %s does not compile again (%s); not compared", backend, e)
-    split_timed = split is not None and split.session is not None
+            return
+        check = ctx.check(plan, session)
+        if check is not None and not check.ok:
+            inaccurate[backend] = f"{backend}'s whole model disagrees with onnxruntime ({check.summary()})"
+            log.warning("%s; not compared", inaccurate[backend])
+            return
+        compiled[backend], checks[backend] = (plan, selection, session), check
+
+    for backend in _contenders(ctx, split if split_timed else None):
+        admit(backend)
+    if not compiled and not split_timed:     # every contender failed: the other engines, cheapest first
+        for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
+            admit(backend)
+            if compiled:
+                break
     if not compiled:
-        if split is None or split.session is None:
+        if not split_timed:
+            if inaccurate:
+                raise VerificationError("no plan agrees with onnxruntime: " + "; ".join(inaccurate.values()))
             raise SelectionError("no plan compiles: neither a split plan nor any engine's whole-model kernel")
+        assert split is not None and split.session is not None
         return _result(ctx, split.plan, split.session, split.selection, split.measured_s, SPLIT,
-                       _why_split_alone(ctx, split), split, rounds, solve_s, {}, len(costs))
+                       _why_split_alone(ctx, split), split, rounds, solve_s, {}, len(costs), inaccurate,
+                       checks[SPLIT])
     fns = {b: (lambda sess=sess: sess.run(None, ctx.feeds)) for b, (_, _, sess) in compiled.items()}
     if split_timed:
+        assert split is not None and split.session is not None
         fns[SPLIT] = lambda: split.session.run(None, ctx.feeds)
     if s.duel_rounds > 0 and len(fns) > 1:
         one = split.measured_s if split_timed else ctx.whole[min(compiled, key=lambda b: ctx.whole[b].cost)].cost
@@ -305,12 +358,12 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
     if keep_split:
         why = _why_split(ctx, split, timings, engine_times)
         return _result(ctx, split.plan, split.session, split.selection, timings[SPLIT], SPLIT, why,
-                       split, rounds, solve_s, shown, len(costs))
+                       split, rounds, solve_s, shown, len(costs), inaccurate, checks[SPLIT])
     assert winner is not None
     plan, selection, session = compiled[winner]
-    why = _why_whole(ctx, winner, split, timings, engine_times)
+    why = _why_whole(ctx, winner, split, timings, engine_times, inaccurate)
     return _result(ctx, plan, session, selection, engine_times[winner], winner, why, split, rounds, solve_s,
-                   shown, len(costs))
+                   shown, len(costs), inaccurate, checks[winner])
 
 
 def _ms(seconds: float) -> str:
@@ -333,11 +386,15 @@ def _why_split(ctx: _Context, split: _Timed, timings: Mapping[str, float], engin
 
 
 def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mapping[str, float],
-               engines: Mapping[str, float]) -> str:
+               engines: Mapping[str, float], inaccurate: Mapping[str, str]) -> str:
     s = ctx.settings.selection
     others = [f"{b}'s {_ms(t)}" for b, t in sorted(engines.items(), key=lambda kv: kv[1]) if b != winner]
+    dropped = [why for b, why in inaccurate.items() if b != SPLIT]
     also = f" (other whole models: {', '.join(others)})" if others else ""
+    also += "".join(f"; {why}" for why in dropped)
     mine = f"{winner}'s whole model {_ms(engines[winner])}"
+    if SPLIT in inaccurate:
+        return f"one engine runs the whole model: {inaccurate[SPLIT]}; {mine}{also}"
     if split is None:
         return f"one engine runs the whole model: no split plan exists over the profiled kernels; {mine}{also}"
     n = len(split.plan.steps)
@@ -357,7 +414,8 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mappin
 
 def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, measured_s: float | None,
             kept: str, why: str, split: _Timed | None, rounds: int, solve_s: float,
-            side: Mapping[str, float], in_plan_costs: int, remembered: bool = False) -> Selected:
+            side: Mapping[str, float], in_plan_costs: int, inaccurate: Mapping[str, str] | None = None,
+            check: PlanCheck | None = None, remembered: bool = False) -> Selected:
     if measured_s is None:
         measured_s = ctx.time(session)
     log.info("kept %s: %s", "the split plan" if kept == SPLIT else f"{kept}'s whole model", why)
@@ -370,8 +428,8 @@ def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, m
         split_measured_ms=split.measured_s * 1e3 if split is not None and split.measured_s is not None else None,
         whole_model_ms={b: o.cost * 1e3 for b, o in sorted(ctx.whole.items())},
         side_by_side_ms={k: v * 1e3 for k, v in side.items()}, in_plan_costs=in_plan_costs,
-        cycle_cuts=selection.cycle_cuts, resolves=selection.resolves)
-    return Selected(plan, session, stats)
+        cycle_cuts=selection.cycle_cuts, resolves=selection.resolves, inaccurate=dict(inaccurate or {}))
+    return Selected(plan, session, stats, check)
 
 
 def _replay(ctx: _Context, remembered: RememberedSelection) -> Selected:
@@ -380,9 +438,10 @@ def _replay(ctx: _Context, remembered: RememberedSelection) -> Selected:
     backend = remembered.whole_model_backend
     if backend is not None and backend in ctx.whole:
         plan, selection = ctx.whole_model(backend)
-        return _result(ctx, plan, compile_plan(plan), selection, None, backend, why, None, 0, 0.0, {}, 0, True)
+        return _result(ctx, plan, compile_plan(plan), selection, None, backend, why, None, 0, 0.0, {}, 0,
+                       remembered=True)
     selection = ctx.solve(ctx.costed(remembered.costs))
     plan, predicted = ctx.plan(selection)
     split = _Timed(plan, None, predicted, None, selection)
     return _result(ctx, plan, compile_plan(plan), selection, None, SPLIT, why, split, 0, selection.seconds, {},
-                   len(remembered.costs), True)
+                   len(remembered.costs), remembered=True)
