@@ -297,9 +297,9 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
         assert split is not None and split.session is not None
         check = ctx.check(split.plan, split.session)
         if check is not None and not check.ok:
-            inaccurate[SPLIT] = f"the best split plan ({len(split.plan.steps)} kernels) disagrees with onnxruntime " \
-                                f"({check.summary()})"
-            log.warning("%s; not compared", inaccurate[SPLIT])
+            inaccurate[SPLIT] = f"the best split plan ({len(split.plan.steps)} kernels), {check.worst()}"
+            log.warning("the best split plan (%d kernels) disagrees with onnxruntime (%s); not compared",
+                        len(split.plan.steps), check.summary())
             split_timed = False
         checks[SPLIT] = check
     compiled: dict[str, tuple[Plan, Selection, Session]] = {}
@@ -316,8 +316,8 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
             return
         check = ctx.check(plan, session)
         if check is not None and not check.ok:
-            inaccurate[backend] = f"{backend}'s whole model disagrees with onnxruntime ({check.summary()})"
-            log.warning("%s; not compared", inaccurate[backend])
+            inaccurate[backend] = f"{backend}'s whole model, {check.worst()}"
+            log.warning("%s's whole model disagrees with onnxruntime (%s); not compared", backend, check.summary())
             return
         compiled[backend], checks[backend] = (plan, selection, session), check
 
@@ -331,7 +331,7 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
     if not compiled:
         if not split_timed:
             if inaccurate:
-                raise VerificationError("no plan agrees with onnxruntime: " + "; ".join(inaccurate.values()))
+                raise VerificationError("no plan passes the accuracy check: " + "; ".join(inaccurate.values()))
             raise SelectionError("no plan compiles: neither a split plan nor any engine's whole-model kernel")
         assert split is not None and split.session is not None
         return _result(ctx, split.plan, split.session, split.selection, split.measured_s, SPLIT,
@@ -389,12 +389,12 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mappin
                engines: Mapping[str, float], inaccurate: Mapping[str, str]) -> str:
     s = ctx.settings.selection
     others = [f"{b}'s {_ms(t)}" for b, t in sorted(engines.items(), key=lambda kv: kv[1]) if b != winner]
-    dropped = [why for b, why in inaccurate.items() if b != SPLIT]
     also = f" (other whole models: {', '.join(others)})" if others else ""
-    also += "".join(f"; {why}" for why in dropped)
     mine = f"{winner}'s whole model {_ms(engines[winner])}"
+    if inaccurate:
+        also += "; failed the accuracy check: " + "; ".join(inaccurate.values())
     if SPLIT in inaccurate:
-        return f"one engine runs the whole model: {inaccurate[SPLIT]}; {mine}{also}"
+        return f"one engine runs the whole model: {mine}{also}"
     if split is None:
         return f"one engine runs the whole model: no split plan exists over the profiled kernels; {mine}{also}"
     n = len(split.plan.steps)
