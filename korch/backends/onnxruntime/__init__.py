@@ -1,4 +1,14 @@
-"""The onnxruntime backend: a candidate runs as its own small onnxruntime session (ORT_ENABLE_ALL)."""
+"""The onnxruntime backend: a candidate runs as its own small onnxruntime session (ORT_ENABLE_ALL).
+
+Each session has its own intra-op pool and arena. onnxruntime's global pool (set_global_thread_pool_sizes
+with use_per_session_threads=False, and an environment allocator) would let a plan's kernels share one,
+but in onnxruntime 1.32's Python API, once the global pool's sizes are set, every later session in the
+process must use it ("use_per_session_threads must be false when using a global thread pool", tried
+2026-11-25, before and after a per-session session existed). korch runs sessions that must keep their
+own pools in the same process: onnxruntime's default session as `korch bench`'s peer and the plan
+check's reference, and a whole-model kernel that spins between calls. So the shared pool would need
+every such session moved to another process first.
+"""
 
 from __future__ import annotations
 
