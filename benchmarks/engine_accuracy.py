@@ -3,8 +3,8 @@
     python benchmarks/engine_accuracy.py MODEL [MODEL ...] [--engines onnxruntime,openvino,inductor]
                                          [--seeds 3] [--threads 2]
 
-korch's accuracy policy (settings.AccuracyPolicy) accepts a result within twice onnxruntime's own
-error against korch's float64-accumulating reference. That factor only separates rounding from
+korch's accuracy policy (settings.AccuracyPolicy) accepts a result within fp32_factor times
+onnxruntime's own error against korch's float64-accumulating reference. That factor only separates rounding from
 mistakes if correct fp32 engines land within it. This measures where they land: for each zoo model,
 engine and output, the error against the float64 run of the zoo's torch module (exact up to float64)
 and against korch's reference (what the policy uses), as max |engine - exact| / max |exact| on fresh

@@ -65,13 +65,19 @@ class AccuracyPolicy:
     within `rtol`, or within `fp32_factor` times the error that onnxruntime itself shows against
     korch's float64-accumulating reference on the same model and inputs, whichever is larger: on a
     deep model (yolov4) fp32 rounding alone puts every engine ~3e-4 from exact, and refusing that
-    would refuse the engines themselves. A kernel's error is taken against that reference; a plan
+    would refuse the engines themselves.
+
+    The factor is where correct fp32 engines land: over the eight zoo models, OpenVINO's and
+    Inductor's whole models measured 0.6-2.9x onnxruntime's own error (candy 2.9x, segformer-b0
+    2.2x, yolov4 up to 2.04x on the check's inputs; benchmarks/engine_accuracy.py, BENCHMARKS.md,
+    2026-11-25). At 2 every non-onnxruntime engine was refused on yolov4; 4 accepts that spread with
+    room, and a semantic mistake shows as errors orders of magnitude larger. A kernel's error is taken against that reference; a plan
     output's against onnxruntime, and against the reference when it misses `rtol` there
     (verify.OutputCheck says why).
     """
 
     rtol: float = 1e-4
-    fp32_factor: float = 2.0
+    fp32_factor: float = 4.0
     # The final plan check runs this many fresh random inputs through the plan and onnxruntime.
     check_inputs: int = 3
 

@@ -254,10 +254,11 @@ def test_cli_optimize_run_and_failures(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_accuracy_policy_follows_the_fp32_floor() -> None:
     """1e-4 normally; on models where onnxruntime itself is far from the float64-accumulating
-    reference, twice that distance (and never looser than the evidence)."""
+    reference, fp32_factor times that distance (and never looser than the evidence)."""
     policy = AccuracyPolicy()
     assert policy.tolerance(1e-6) == policy.rtol == 1e-4
-    assert policy.tolerance(2.8e-4) == pytest.approx(5.6e-4)
+    assert policy.tolerance(2.8e-4) == pytest.approx(policy.fp32_factor * 2.8e-4)
+    assert policy.fp32_factor >= 2.9        # correct engines measured up to 2.9x onnxruntime's error
     assert policy.tolerance(0.0) == policy.rtol
 
 
