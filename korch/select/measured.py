@@ -110,13 +110,14 @@ class _Timed:
 def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], settings: OptimizeSettings,
                           machine: str, boundaries: BoundaryModel | None = None) -> str:
     """Identifies a selection problem: every option's candidate, backend, primitives and profiled
-    cost, the boundary costs, with threads, machine and procedure. Equal keys mean the solver sees
-    the same problem."""
+    cost, the boundary costs, with threads, machine, procedure and the accuracy policy (which drops
+    contenders). Equal keys mean the solver sees the same problem."""
     from korch import __version__
 
-    s = settings.selection
+    s, a = settings.selection, settings.accuracy
     h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
-                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.refine_rounds}".encode())
+                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.refine_rounds}|"
+                       f"{a.rtol}|{a.fp32_factor}|{a.check_inputs}|{settings.seed}".encode())
     if boundaries is not None:
         h.update(repr(sorted(boundaries.lines.items())).encode())
     rows = sorted(f"{steps[o.key].key}|{steps[o.key].backend}|{sorted(o.nodes)}|{o.cost!r}" for o in options)

@@ -137,9 +137,10 @@ def add_chain() -> onnx.ModelProto:
 
 def test_split_plan_whose_kernel_errors_add_up_is_dropped_for_the_whole_model(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kernels each within tolerance whose errors add up along the model (yolov4's final check failed
-    so on an AVX2 host, and optimize wrote no plan): measured selection checks the split plan before
-    timing it, drops it, says why, and keeps onnxruntime's whole model, which passes."""
+    """Kernels each within tolerance whose errors add up along the model: measured selection checks
+    the split plan before timing it, drops it, says why, and keeps onnxruntime's whole model, which
+    passes. (On yolov4 on an AVX2 host, the final check failed OpenVINO's whole model after a
+    20-minute optimize, and no plan was written; any contender can fail it.)"""
     import korch.backends.base as base
     import korch.profile.profiler as profiler
     from korch.backends.reference.backend import ReferenceBackend, ReferenceKernel
@@ -180,6 +181,9 @@ def test_split_plan_whose_kernel_errors_add_up_is_dropped_for_the_whole_model(tm
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         plan, session, stats = optimize(model, db, settings)
         sloppy_errors = [r.error for r in _records(db, "sloppy") if r.error is not None]
+        # the outcome is remembered per accuracy policy: a looser one decides again, and keeps the split plan
+        _, _, loose = optimize(model, db, replace(settings, accuracy=AccuracyPolicy(rtol=1e-3)))
+    assert not loose.selection.remembered and not loose.selection.inaccurate
     sel = stats.selection
     assert sloppy_errors and max(sloppy_errors) <= 1e-4 < 2 * min(sloppy_errors)     # each kernel passes alone
     assert sel.split_kernels is not None and sel.split_kernels >= CHAIN // 2
