@@ -9,7 +9,10 @@ protocol: a 60 ms pause and one untimed call per turn) alone, beside an identica
 (compiled separately), beside each engine's whole model, and beside both. Last, each copy's steps
 are timed one run at a time under the same protocol, with the CPU time every thread of this process
 used during the run (from /proc/self/task): CPU time near the wall time means the plan ran on about
-one core; near twice the wall time (2 threads), on both. Measured selection reads split plans side by
+one core; near twice the wall time (2 threads), on both. With it, each run's run-queue wait (its
+threads runnable but on no CPU) and the VM's steal time, and the slowest third of runs set against
+the fastest: a slowdown that comes with run-queue wait is threads waiting for a CPU in this VM; one
+that comes with steal is the host taking the VM's CPUs. Measured selection reads split plans side by
 side (korch/select/measured.py), so a plan that reads much slower there than back to back loses its
 duel whatever its kernels cost: this separates the plan from its neighbours. Nothing is written.
 """
@@ -23,16 +26,25 @@ import sys
 import time
 
 
-def thread_cpu() -> dict[int, float]:
-    """CPU seconds each thread of this process has run (Linux schedstat: nanoseconds on a CPU)."""
+def thread_sched() -> dict[int, tuple[float, float]]:
+    """Per thread of this process: seconds run on a CPU, and seconds spent runnable but waiting for
+    one (Linux schedstat: nanoseconds on a CPU, nanoseconds on a run queue)."""
     out = {}
     for task in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{task}/schedstat") as f:
-                out[int(task)] = int(f.read().split()[0]) / 1e9
+                ran, waited = f.read().split()[:2]
+            out[int(task)] = (int(ran) / 1e9, int(waited) / 1e9)
         except OSError:              # the thread ended
             continue
     return out
+
+
+def steal_seconds() -> float:
+    """Time this VM's CPUs were ready but the hypervisor ran something else (/proc/stat, all CPUs)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,20 +100,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{k} {t.median_s * ms:.2f} ({t.p10_s * ms:.2f}-{t.p90_s * ms:.2f})" for k, t in timings.items()), flush=True)
 
     steps: dict[str, list[list[float]]] = {"split": [], "copy": []}
-    usage: dict[str, list[tuple[float, float, int]]] = {"split": [], "copy": []}
+    usage: dict[str, list[tuple[float, float, int, float, float]]] = {"split": [], "copy": []}
     sessions = {"split": split, "copy": twin}
     for r in range(args.rounds):
         for name in (["split", "copy"] if r % 2 == 0 else ["copy", "split"]):
             time.sleep(settle)
             for _ in range(TURN_WARMUP):
                 sessions[name].run(None, feeds)
-            before = thread_cpu()
+            before, stolen = thread_sched(), steal_seconds()
             t0 = time.perf_counter()
             steps[name].append(sessions[name].step_times(feeds))
             wall = time.perf_counter() - t0
-            after = thread_cpu()
-            used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
-            usage[name].append((wall, sum(used.values()), sum(u > 1e-3 for u in used.values())))
+            after, stolen = thread_sched(), steal_seconds() - stolen
+            used = {tid: after[tid][0] - before.get(tid, (0.0, 0.0))[0] for tid in after}
+            waited = sum(after[tid][1] - before.get(tid, (0.0, 0.0))[1] for tid in after)
+            usage[name].append((wall, sum(used.values()), sum(u > 1e-3 for u in used.values()), waited, stolen))
     for name, runs in steps.items():
         wall = statistics.median(u[0] for u in usage[name])
         cpu = statistics.median(u[1] for u in usage[name])
@@ -109,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  per step after the pause, {name}: " + ", ".join(
             f"{statistics.median(run[k] for run in runs) * ms:.2f}" for k in range(len(parts)))
             + f" ms; run {wall * ms:.2f} ms wall, {cpu * ms:.2f} ms CPU over {busy:.0f} busy threads")
+    runs = sorted(usage["split"] + usage["copy"])
+    third = max(1, len(runs) // 3)
+    for label, group in (("fastest third", runs[:third]), ("slowest third", runs[-third:])):
+        print(f"  {label} of runs: " + ", ".join(
+            f"{what} {statistics.median(u[k] for u in group) * ms:.2f} ms" for k, what in
+            ((0, "wall"), (1, "CPU"), (3, "run-queue wait"), (4, "VM steal"))))
     return 0
 
 

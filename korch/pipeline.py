@@ -98,7 +98,8 @@ class OptimizeStats:
     fp32_error: float | None          # onnxruntime's own error on the model, which set that tolerance
     selection: SelectionStats
     max_rel_error: float              # the final check against onnxruntime
-    check_tolerance: float
+    check_tolerance: float            # the tolerance of the output that came closest to its own
+    check_worst: str                  # that output, its errors and tolerance, in words (verify.PlanCheck.worst)
     check_inputs: int
     load_seconds: float
     fission_seconds: float
@@ -228,6 +229,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,
         profiled_cached=profiled.stored, kernel_tolerance=profiled.tolerance, fp32_error=profiled.fp32_error,
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,
+        check_worst=check.worst(),
         check_inputs=settings.accuracy.check_inputs, load_seconds=fissioned.load_seconds,
         fission_seconds=fissioned.fission_seconds, candidates_seconds=cands.seconds, profile_seconds=profile_seconds,
         profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)

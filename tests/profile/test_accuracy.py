@@ -195,3 +195,26 @@ def test_split_plan_whose_kernel_errors_add_up_is_dropped_for_the_whole_model(tm
     feeds = random_feeds(plan.graph, seed=77)
     (d,) = diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), run_onnxruntime(model, feeds))
     assert d.rel <= 1e-4, d
+
+
+def test_bench_judges_peers_by_the_plans_accuracy_policy() -> None:
+    """`korch bench` flags a system by the rule that checks korch's plans: 1.5x onnxruntime's own
+    error on the far side of exact passes although it is 2.5x that error from onnxruntime, 5x fails,
+    and the flag names the output and both distances."""
+    from korch.backends.reference import run_graph
+    from korch.bench import System, _accuracy
+    from korch.pipeline import run_fission
+
+    model = cancelling_sum()
+    graph = run_fission(model).graph
+    feeds = random_feeds(graph, 9)
+    ort, exact = run_onnxruntime(model, feeds), run_graph(graph, feeds)
+    policy = AccuracyPolicy(fp32_factor=2.0)
+
+    def system(k: float) -> System:
+        return System(f"x{k}", lambda: [(exact["y"] + k * (exact["y"].astype(np.float64) - ort["y"])).astype(np.float32)])
+
+    error, good = _accuracy(system(1.5), ort, lambda: exact, policy)
+    assert good.ok and error > policy.tolerance(good.checks[0].fp32_error)    # by onnxruntime alone: refused
+    _, bad = _accuracy(system(5.0), ort, lambda: exact, policy)
+    assert not bad.ok and "output 'y'" in bad.worst() and "from the float64 reference" in bad.worst()
