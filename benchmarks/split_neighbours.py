@@ -40,6 +40,14 @@ def thread_sched() -> dict[int, tuple[float, float]]:
     return out
 
 
+def thread_name(tid: int) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            return f.read().strip() + ("" if tid != os.getpid() else " (main)")
+    except OSError:
+        return "?"
+
+
 def steal_seconds() -> float:
     """Time this VM's CPUs were ready but the hypervisor ran something else (/proc/stat, all CPUs)."""
     with open("/proc/stat") as f:
@@ -101,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     steps: dict[str, list[list[float]]] = {"split": [], "copy": []}
     usage: dict[str, list[tuple[float, float, int, float, float]]] = {"split": [], "copy": []}
+    waits: list[tuple[float, dict[int, float]]] = []        # (wall, run-queue wait per thread) of every run
     sessions = {"split": split, "copy": twin}
     for r in range(args.rounds):
         for name in (["split", "copy"] if r % 2 == 0 else ["copy", "split"]):
@@ -113,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
             wall = time.perf_counter() - t0
             after, stolen = thread_sched(), steal_seconds() - stolen
             used = {tid: after[tid][0] - before.get(tid, (0.0, 0.0))[0] for tid in after}
-            waited = sum(after[tid][1] - before.get(tid, (0.0, 0.0))[1] for tid in after)
+            per_thread = {tid: after[tid][1] - before.get(tid, (0.0, 0.0))[1] for tid in after}
+            waited = sum(per_thread.values())
+            waits.append((wall, per_thread))
             usage[name].append((wall, sum(used.values()), sum(u > 1e-3 for u in used.values()), waited, stolen))
     for name, runs in steps.items():
         wall = statistics.median(u[0] for u in usage[name])
@@ -128,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label} of runs: " + ", ".join(
             f"{what} {statistics.median(u[k] for u in group) * ms:.2f} ms" for k, what in
             ((0, "wall"), (1, "CPU"), (3, "run-queue wait"), (4, "VM steal"))))
+    slow = sorted(waits, key=lambda w: w[0])[-third:]
+    by_thread: dict[int, float] = {}
+    for _, per_thread in slow:
+        for tid, w in per_thread.items():
+            by_thread[tid] = by_thread.get(tid, 0.0) + w / len(slow)
+    top = sorted(by_thread.items(), key=lambda kv: -kv[1])[:4]
+    print("  run-queue wait per slow run, by thread: " + ", ".join(
+        f"{thread_name(tid)} [{tid}] {w * ms:.2f} ms" for tid, w in top))
     return 0
 
 
