@@ -40,14 +40,6 @@ def thread_sched() -> dict[int, tuple[float, float]]:
     return out
 
 
-def thread_name(tid: int) -> str:
-    try:
-        with open(f"/proc/self/task/{tid}/comm") as f:
-            return f.read().strip() + ("" if tid != os.getpid() else " (main)")
-    except OSError:
-        return "?"
-
-
 def steal_seconds() -> float:
     """Time this VM's CPUs were ready but the hypervisor ran something else (/proc/stat, all CPUs)."""
     with open("/proc/stat") as f:
@@ -70,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from korch.pipeline import run_fission
     from korch.profile.timing import SETTLE_SECONDS, TURN_WARMUP, interleaved, measure
     from korch.runtime import Session, compile_plan
+    from korch.runtime.session import compile_step
     from korch.verify import random_feeds
     from two_engine_split import region_plan        # this directory is on sys.path when run as a script
 
@@ -86,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         return compile_plan(region_plan(graph, source, parts, args.threads))
 
     parts = [(0, args.cut, args.first), (args.cut, n, args.second)]
-    split, twin = session(parts), session(parts)
+    split_plan = region_plan(graph, source, parts, args.threads)
+    split_kernels = [compile_step(split_plan, step) for step in split_plan.steps]
+    split, twin = Session(split_plan, split_kernels), session(parts)
     wholes = {e: session([(0, n, e)]) for e in dict.fromkeys([args.first, args.second])}
 
     def call(s: Session):
@@ -107,6 +102,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  side by side, {label}: " + ", ".join(
             f"{k} {t.median_s * ms:.2f} ({t.p10_s * ms:.2f}-{t.p90_s * ms:.2f})" for k, t in timings.items()), flush=True)
 
+    # Whose thread is whose (the engines leave them all named "python"): a thread that runs during a
+    # call of one step's kernel alone belongs to that step's engine.
+    owner: dict[int, str] = {os.getpid(): "main thread"}
+    env = {**graph.constants, **feeds}
+    for step, kernel in zip(split_plan.steps, split_kernels):
+        inputs = [env[v] for v in step.inputs]
+        for _ in range(3):
+            before = thread_sched()
+            kernel.run(inputs)
+            for tid, (ran, _) in thread_sched().items():
+                if tid not in owner and ran - before.get(tid, (0.0, 0.0))[0] > 1e-5:
+                    owner[tid] = f"{step.backend} (split plan)"
+        env.update(zip(step.outputs, kernel.run(inputs)))
     steps: dict[str, list[list[float]]] = {"split": [], "copy": []}
     usage: dict[str, list[tuple[float, float, int, float, float]]] = {"split": [], "copy": []}
     waits: list[tuple[float, dict[int, float]]] = []        # (wall, run-queue wait per thread) of every run
@@ -146,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             by_thread[tid] = by_thread.get(tid, 0.0) + w / len(slow)
     top = sorted(by_thread.items(), key=lambda kv: -kv[1])[:4]
     print("  run-queue wait per slow run, by thread: " + ", ".join(
-        f"{thread_name(tid)} [{tid}] {w * ms:.2f} ms" for tid, w in top))
+        f"{owner.get(tid, 'another thread')} [{tid}] {w * ms:.2f} ms" for tid, w in top))
     return 0
 
 
