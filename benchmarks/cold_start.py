@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in range(args.rounds):
                     order = list(modes)[r % len(modes):] + list(modes)[:r % len(modes)]
                     for m in order:
-                        samples[m].append(measure(lambda: kernel.run(inputs), min_seconds=0.2,
+                        samples[m].append(measure(lambda k=kernel, i=inputs: k.run(i), min_seconds=0.2,
                                                   before=modes[m]).median_s)
                 row = "".join(f"{statistics.median(samples[m]) * 1e6:>12.1f}" for m in modes)
                 print(f"{layout:<8} {engine:<12} {x.nbytes >> 10:>6} KiB {row}", flush=True)

@@ -47,8 +47,12 @@ def engine_runners(graph, model, engines: list[str], threads: int):
         except Exception as e:  # an engine that cannot take the model is reported, not fatal
             print(f"  {name}: cannot compile the whole model ({type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
             continue
-        runners[name] = (lambda k: lambda feeds: dict(zip(graph.outputs, k.run([feeds[i] for i in graph.inputs]))))(kernel)
+        runners[name] = _runner(graph, kernel)
     return runners
+
+
+def _runner(graph, kernel):
+    return lambda feeds: dict(zip(graph.outputs, kernel.run([feeds[i] for i in graph.inputs])))
 
 
 def exact_outputs(name: str, graph, feeds) -> dict[str, np.ndarray] | None:

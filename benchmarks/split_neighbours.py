@@ -58,13 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", type=float, help="pause before each turn, seconds (default: korch's SETTLE_SECONDS)")
     args = p.parse_args(argv)
 
+    from two_engine_split import region_plan  # this directory is on sys.path when run as a script
+
     from korch.frontend.regions import OnnxSource
     from korch.pipeline import run_fission
     from korch.profile.timing import SETTLE_SECONDS, TURN_WARMUP, interleaved, measure
     from korch.runtime import Session, compile_plan
     from korch.runtime.session import compile_step
     from korch.verify import random_feeds
-    from two_engine_split import region_plan        # this directory is on sys.path when run as a script
 
     fissioned = run_fission(args.model)
     graph = fissioned.graph

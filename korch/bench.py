@@ -31,9 +31,9 @@ import onnx
 
 from korch.backends import CompileOptions, backend_names, get_backend
 from korch.backends.onnxruntime import make_session
+from korch.backends.reference import run_graph
 from korch.profile.database import ProfileDB
 from korch.profile.timing import Timing, measure, side_by_side
-from korch.backends.reference import run_graph
 from korch.settings import AccuracyPolicy
 from korch.verify import OutputCheck, OutputDiff, PlanCheck, judge_outputs, random_feeds
 
