@@ -14,6 +14,7 @@ korch/bench_rss.py), since in one process they share it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -170,13 +171,10 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
             except Exception as e:  # a model OpenVINO cannot compile: report it, keep the others
                 log.warning("OpenVINO baseline unavailable: %s", e)
         expected = dict(zip([o.name for o in ort_session.get_outputs()], ort_session.run(None, ort_feeds)))
-        reference: list[Mapping[str, np.ndarray]] = []
-
-        def exact() -> Mapping[str, np.ndarray]:        # korch's float64 reference, once, if anyone needs it
-            if not reference:
-                reference.append({out: value for out, value in zip(expected, (run_graph(graph, feeds)[o]
-                                                                              for o in graph.outputs))})
-            return reference[0]
+        @functools.cache
+        def exact() -> Mapping[str, np.ndarray]:        # korch's float64 reference: once, if a system needs it
+            values = run_graph(graph, feeds)
+            return dict(zip(expected, (values[o] for o in graph.outputs)))     # outputs by position
 
         # Every system, korch and peers, is judged by the accuracy policy that judges korch's plans.
         judged = {s.name: _accuracy(s, expected, exact, settings.accuracy) for s in systems if s.name != "onnxruntime"}

@@ -71,9 +71,10 @@ class AccuracyPolicy:
     Inductor's whole models measured 0.6-2.9x onnxruntime's own error (candy 2.9x, segformer-b0
     2.2x, yolov4 up to 2.04x on the check's inputs; benchmarks/engine_accuracy.py, BENCHMARKS.md,
     2026-11-25). At 2 every non-onnxruntime engine was refused on yolov4; 4 accepts that spread with
-    room, and a semantic mistake shows as errors orders of magnitude larger. A kernel's error is taken against that reference; a plan
-    output's against onnxruntime, and against the reference when it misses `rtol` there
-    (verify.OutputCheck says why).
+    room, and a semantic mistake shows as errors orders of magnitude larger.
+
+    A kernel's error is taken against that reference; a plan output's against onnxruntime, and
+    against the reference when it misses `rtol` there (verify.OutputCheck says why).
     """
 
     rtol: float = 1e-4

@@ -85,7 +85,7 @@ class SelectionStats:
     in_plan_costs: int = 0                # kernels whose profile was replaced by their time in a plan
     cycle_cuts: int = 0                   # the kept plan's solve: cuts against plans that cannot be ordered
     resolves: int = 0                     # ... and the re-solves they took
-    inaccurate: Mapping[str, str] = field(default_factory=dict)   # contenders dropped by the check: SPLIT or engine -> why
+    inaccurate: Mapping[str, str] = field(default_factory=dict)   # dropped by the check: SPLIT or engine -> why
 
 
 @dataclass(frozen=True)

@@ -218,7 +218,8 @@ def test_bench_judges_peers_by_the_plans_accuracy_policy() -> None:
     policy = AccuracyPolicy(fp32_factor=2.0)
 
     def system(k: float) -> System:
-        return System(f"x{k}", lambda: [(exact["y"] + k * (exact["y"].astype(np.float64) - ort["y"])).astype(np.float32)])
+        beyond = exact["y"] + k * (exact["y"].astype(np.float64) - ort["y"])
+        return System(f"x{k}", lambda: [beyond.astype(np.float32)])
 
     error, good = _accuracy(system(1.5), ort, lambda: exact, policy)
     assert good.ok and error > policy.tolerance(good.checks[0].fp32_error)    # by onnxruntime alone: refused
