@@ -227,3 +227,37 @@ def test_matches_brute_force_over_legal_choices_on_random_graphs() -> None:
         cuts += sel.cycle_cuts
         plain_wrong += _best(options, _feasible, inputs, outputs)[0] < best - 1e-9
     assert cuts > 0 and plain_wrong > 0
+
+
+def test_fractional_relaxation_is_solved_by_reduced_cost_fixing() -> None:
+    """Three pairs covering three outputs: the LP takes half of each pair (1.5), the optimum is a pair
+    and a single (1.85), found only after the single (reduced cost 0.35) is let back in. The costly
+    kernel covering all three stays fixed out, and the bound is proven."""
+    pairs = [Option(a + b, frozenset({"x"}), frozenset({f"y{a}", f"y{b}"}), 1.0) for a, b in ("ab", "bc", "ac")]
+    singles = [Option(a, frozenset({"x"}), frozenset({f"y{a}"}), c) for a, c in (("a", 0.9), ("b", 0.9), ("c", 0.85))]
+    whole = Option("abc", frozenset({"x"}), frozenset({"ya", "yb", "yc"}), 5.0)
+    sel = solve([*pairs, *singles, whole], {"x"}, ["ya", "yb", "yc"])
+    assert {o.key for o in sel.chosen} == {"ab", "c"}
+    assert sel.optimal and sel.cost == pytest.approx(1.85) and sel.lower_bound == pytest.approx(1.85)
+    assert "reduced-cost fixing" in sel.proof
+
+
+def test_matches_brute_force_when_the_relaxation_is_fractional() -> None:
+    """Random covers of six outputs by pairs and triples, with singles beside them: the solver's cost
+    is brute force's, whether the LP was integral or reduced-cost fixing had to finish the job (both
+    occur, checked, so the test keeps exercising the fixing)."""
+    outs = [f"y{i}" for i in range(6)]
+    fixed = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        options = [Option(f"o{k}", frozenset({"x"}), frozenset(rng.choice(outs, size=int(rng.integers(2, 4)),
+                                                                          replace=False)), float(rng.uniform(1, 2)))
+                   for k in range(10)]
+        options += [Option(f"s{y}", frozenset({"x"}), frozenset({y}), float(rng.uniform(0.6, 1.2))) for y in outs]
+        best = min(sum(o.cost for o in c) for r in range(1, len(outs) + 1)
+                   for c in itertools.combinations(options, r) if set().union(*(o.outputs for o in c)) >= set(outs))
+        sel = solve(options, {"x"}, outs)
+        assert sel.optimal and sel.cost == pytest.approx(best), seed
+        assert sel.lower_bound <= best + 1e-9
+        fixed += "reduced-cost fixing" in sel.proof
+    assert 0 < fixed < 40
