@@ -13,12 +13,29 @@ OPENMP_SPIN_COUNT = "10000"
 if "torch" not in _sys.modules:
     _os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN_COUNT)
 
-from korch.api import compile, load, optimize, save
 from korch.errors import KorchError
-from korch.frontend import fission, load_model
-from korch.ir import DType, Graph, PrimClass, TensorType
-from korch.verify import VerifyReport, verify_graph
 
 __version__ = "0.1.0"
-__all__ = ["DType", "Graph", "KorchError", "PrimClass", "TensorType", "VerifyReport", "compile", "fission", "load",
-           "load_model", "optimize", "save", "verify_graph"]
+
+# The public API, imported on first use: running a saved plan (korch.runtime) should not load the
+# optimizer's modules (fission, candidates, verify; with scipy and onnx's helpers about 40 MB of
+# resident memory), and a submodule imported on its own pays only for what it imports.
+_PUBLIC = {"compile": "korch.api", "load": "korch.api", "optimize": "korch.api", "save": "korch.api",
+           "fission": "korch.frontend", "load_model": "korch.frontend",
+           "DType": "korch.ir", "Graph": "korch.ir", "PrimClass": "korch.ir", "TensorType": "korch.ir",
+           "VerifyReport": "korch.verify", "verify_graph": "korch.verify"}
+__all__ = ["KorchError", *sorted(_PUBLIC)]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'korch' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

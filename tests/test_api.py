@@ -53,3 +53,16 @@ def test_import_korch_does_not_load_torch() -> None:
     code = "import sys, korch; korch.optimize; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_running_a_plan_loads_none_of_the_optimizer() -> None:
+    """`import korch.runtime` (what running a saved plan needs) leaves out fission, selection and
+    scipy (~20 MB of resident memory), and the public API still resolves on first use."""
+    code = ("import sys, korch.runtime; "
+            "print(sorted(m for m in ('scipy', 'korch.frontend.fission', 'korch.select', 'korch.api', 'torch') "
+            "if m in sys.modules)); import korch; print(korch.optimize.__module__, korch.fission.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "korch.api korch.frontend"
+    with pytest.raises(AttributeError, match="no_such_name"):
+        korch.no_such_name  # noqa: B018

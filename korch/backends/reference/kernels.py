@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
-from scipy import special
 
 Kernel = Callable[[Sequence[np.ndarray], Mapping[str, Any]], np.ndarray]
 
@@ -17,6 +16,14 @@ def _acc(x: np.ndarray) -> np.ndarray:
     (the caller casts back): the reference should be closer to exact than any backend it checks."""
     return x.astype(np.float64) if x.dtype == np.float32 else x
 KERNELS: dict[str, Kernel] = {}
+
+
+def _special() -> Any:
+    """scipy.special, imported on first use: with scipy's array-API layer it is ~20 MB of resident
+    memory, which a process that only runs a saved plan should not pay."""
+    from scipy import special
+
+    return special
 
 
 def kernel(name: str) -> Callable[[Kernel], Kernel]:
@@ -45,7 +52,7 @@ _unary("log", np.log)
 _unary("sqrt", np.sqrt)
 _unary("reciprocal", np.reciprocal)
 _unary("tanh", np.tanh)
-_unary("erf", special.erf)
+_unary("erf", lambda x: _special().erf(x))
 _unary("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)))
 _unary("floor", np.floor)
 _unary("ceil", np.ceil)
@@ -58,7 +65,7 @@ _unary("not", np.logical_not)
 
 @kernel("sigmoid")
 def _sigmoid(xs: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> np.ndarray:
-    return special.expit(xs[0])
+    return _special().expit(xs[0])
 
 
 @kernel("cast")
