@@ -13,13 +13,13 @@ OPENMP_SPIN_COUNT = "10000"
 if "torch" not in _sys.modules:
     _os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN_COUNT)
 
-from korch.errors import KorchError
+from korch.errors import KorchError  # noqa: E402  (after GOMP_SPINCOUNT, as every import here)
 
 __version__ = "0.1.0"
 
 # The public API, imported on first use: running a saved plan (korch.runtime) should not load the
-# optimizer's modules (fission, candidates, verify; with scipy and onnx's helpers about 40 MB of
-# resident memory), and a submodule imported on its own pays only for what it imports.
+# optimizer (korch.api -> pipeline -> selection, with scipy's solvers: ~20 MB of resident memory or
+# more), and a submodule imported on its own pays only for what it imports.
 _PUBLIC = {"compile": "korch.api", "load": "korch.api", "optimize": "korch.api", "save": "korch.api",
            "fission": "korch.frontend", "load_model": "korch.frontend",
            "DType": "korch.ir", "Graph": "korch.ir", "PrimClass": "korch.ir", "TensorType": "korch.ir",

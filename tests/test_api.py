@@ -56,10 +56,10 @@ def test_import_korch_does_not_load_torch() -> None:
 
 
 def test_running_a_plan_loads_none_of_the_optimizer() -> None:
-    """`import korch.runtime` (what running a saved plan needs) leaves out fission, selection and
-    scipy (~20 MB of resident memory), and the public API still resolves on first use."""
+    """`import korch.runtime` (what running a saved plan needs) leaves out the optimizer and scipy
+    (~20 MB of resident memory), and the public API still resolves on first use."""
     code = ("import sys, korch.runtime; "
-            "print(sorted(m for m in ('scipy', 'korch.frontend.fission', 'korch.select', 'korch.api', 'torch') "
+            "print(sorted(m for m in ('scipy', 'korch.pipeline', 'korch.select', 'korch.api', 'torch') "
             "if m in sys.modules)); import korch; print(korch.optimize.__module__, korch.fission.__module__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]"
