@@ -58,9 +58,9 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     that disagrees raises VerificationError instead. Its summary holds what the CLI prints.
     Nodes korch cannot fission run whole in onnxruntime; `strict=True` refuses such a model instead.
     """
-    from korch.settings import OptimizeSettings
     from korch.pipeline import optimize as run_pipeline
     from korch.profile.database import ProfileDB, default_cache_dir
+    from korch.settings import OptimizeSettings
 
     if threads < 1:
         raise UsageError(f"threads must be >= 1, got {threads}")

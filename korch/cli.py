@@ -27,9 +27,9 @@ def _input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
 
 
 def cmd_fission(args: argparse.Namespace) -> int:
+    from korch.io import atomic_write, atomic_write_bytes
     from korch.ir.onnx_export import to_onnx
     from korch.ir.text import dump
-    from korch.io import atomic_write, atomic_write_bytes
     from korch.pipeline import run_fission
 
     result = run_fission(args.model, _input_shapes(args.input_shape), verify=args.verify, seed=args.seed,

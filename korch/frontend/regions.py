@@ -21,7 +21,6 @@ from korch.frontend.engines import node_key
 from korch.ir.graph import OUTPUT_COPY, Graph
 from korch.ir.onnx_export import value_info
 
-
 # A folded value at least this large is weight data, worth leaving to the engine to fold (see
 # _weight_preprocessing); smaller ones (shapes, scalars) are embedded. The bound at which a saved plan
 # moves an initializer into its weights file.

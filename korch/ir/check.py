@@ -7,8 +7,8 @@ dims) is read only by opaque primitives and by output copies.
 from __future__ import annotations
 
 from korch.ir.graph import Graph, Node
-from korch.ir.ops import OPS, IRError, infer_type
 from korch.ir.opaque import OPAQUE
+from korch.ir.ops import OPS, IRError, infer_type
 from korch.ir.types import DType
 
 

@@ -26,7 +26,7 @@ from korch.ir.graph import Graph, GraphBuilder, Value  # noqa: E402
 from korch.ir.opaque import OPAQUE, opaque_attrs  # noqa: E402
 from korch.ir.ops import OPS  # noqa: E402
 from korch.ir.types import DType, TensorType  # noqa: E402
-from tests.backends.graphs import conv_bias_relu, mlp_gelu
+from tests.backends.graphs import conv_bias_relu, mlp_gelu  # noqa: E402
 from tests.backends.test_reference import CASES  # noqa: E402
 
 # Max |inductor - reference| over max |reference|, per float output; integer and bool outputs must be equal.

@@ -35,7 +35,7 @@ from korch.profile.database import ProfileDB, Status, machine_fingerprint  # noq
 from korch.profile.profiler import compile_candidate, profile  # noqa: E402
 from korch.runtime import compile_plan  # noqa: E402
 from korch.verify import diff_outputs, random_feeds, run_onnxruntime  # noqa: E402
-from tests.backends.graphs import conv_bias_relu, mlp_gelu
+from tests.backends.graphs import conv_bias_relu, mlp_gelu  # noqa: E402
 
 # Max |openvino - expected| over max |expected|, per float output (fp32 kernels with their own
 # summation order); integer and bool outputs must be equal.

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from korch.candidates import (CandidateLimits, enumerate_candidates, opaque_regions, region_candidates,
-                              why_not_candidate)
+from korch.candidates import CandidateLimits, enumerate_candidates, opaque_regions, region_candidates, why_not_candidate
 from korch.frontend import fission
 from korch.ir.check import check_graph
 from korch.ir.graph import GraphBuilder

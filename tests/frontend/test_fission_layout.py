@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from onnx.reference import ReferenceEvaluator
 
 from korch.backends.reference import run_graph
