@@ -28,7 +28,7 @@ def main(system: str, target: str, threads: int) -> None:
         import onnxruntime as ort
 
         # A session as a user makes it, from the file (no Python copy of the model), with nothing of korch
-        # imported (korch.backends.onnxruntime would add onnx and korch's IR: 17 MB).
+        # imported (korch.backends.onnxruntime would add onnx and korch's IR: 18 MB).
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         session = ort.InferenceSession(target, options, providers=["CPUExecutionProvider"])

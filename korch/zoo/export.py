@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import logging
 import os
 import uuid
 import warnings
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import onnx.inliner
 import torch
 from torch import nn
 
+from korch.logs import only_errors
 from korch.zoo.registry import InputSpec, ZooModel, get_model
 
 OPSET = 18
@@ -82,25 +81,14 @@ def _check_standard_ops(proto: onnx.ModelProto) -> None:
         raise RuntimeError(f"exported graph is not plain ONNX: {detail}")
 
 
-@contextlib.contextmanager
-def _quiet_exporter_logs() -> Iterator[None]:
-    """Silence the exporter's informational log lines (e.g. 'torchvision is not installed')."""
-    logger = logging.getLogger("torch.onnx")
-    old = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(old)
-
-
 def to_model_proto(name: str, seed: int = 0) -> onnx.ModelProto:
     """Export the seeded module with the dynamo exporter (opset 18, static shapes, embedded weights)."""
     model = get_model(name)
     module = build_module(name, seed)
     args = tuple(torch.from_numpy(a) for a in example_inputs(name, seed).values())
     quiet = contextlib.redirect_stdout(io.StringIO())
-    with warnings.catch_warnings(), quiet, _quiet_exporter_logs():
+    # only_errors: the exporter logs informational lines (e.g. "torchvision is not installed")
+    with warnings.catch_warnings(), quiet, only_errors("torch.onnx"):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
             module,

@@ -17,8 +17,7 @@ calls it only with the shapes and dtypes it was compiled for, and with grad mode
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +29,7 @@ from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, 
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.ir.types import DType
+from korch.logs import only_errors
 from korch.verify import integer_input_bounds
 
 log = logging.getLogger("korch.backends.inductor")
@@ -157,7 +157,7 @@ class InductorBackend(Backend):
             config["fx_graph_cache"] = False
         with torch.no_grad():
             traced = make_fx(module)(*example)        # the buffers become constants of the graph
-            with torch._inductor.config.patch(config), _quiet(_STANDALONE_LOG):
+            with torch._inductor.config.patch(config), only_errors(_STANDALONE_LOG):
                 # static shapes: compiled for exactly the declared shapes, the fastest code
                 return torch._inductor.standalone_compile(traced, example, dynamic_shapes="from_example_inputs",
                                                           donate_graph_module=True)
@@ -167,17 +167,6 @@ class InductorBackend(Backend):
 # keeps Inductor's caches out); korch does not save these, so the warning says nothing to its users.
 _STANDALONE_LOG = "torch._inductor.standalone_compile"
 
-
-@contextmanager
-def _quiet(logger: str) -> Iterator[None]:
-    """Only errors from `logger` while the block runs."""
-    target = logging.getLogger(logger)
-    level = target.level
-    target.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        target.setLevel(level)
 
 
 def outputs_to_copy(fn: Callable[..., tuple[torch.Tensor, ...]], example: list[torch.Tensor]) -> tuple[int, ...]:
