@@ -13,17 +13,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-import onnx
+from typing import TYPE_CHECKING, Union
 
 from korch.errors import UsageError
 
 if TYPE_CHECKING:
+    import onnx
+
     from korch.plan import Plan
     from korch.runtime import Session
 
-ModelSpec = str | os.PathLike | onnx.ModelProto
+# (a string: loading a plan imports neither onnx nor the optimizer)
+ModelSpec = Union[str, os.PathLike, "onnx.ModelProto"]
 
 
 def default_backends() -> tuple[str, ...]:

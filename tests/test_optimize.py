@@ -111,6 +111,33 @@ def test_saved_plan_maps_its_weights_instead_of_copying_them(db: ProfileDB, tmp_
         runtime.load(tmp_path / "plan")
 
 
+def test_saved_onnxruntime_plan_runs_without_onnx_or_the_optimizer(db: ProfileDB, tmp_path: Path) -> None:
+    """A saved plan holds its onnxruntime regions as ready models (kernels/<step>.onnx, weights in
+    original.weights): loading and running it in a fresh process imports neither onnx (~17 MB) nor the
+    frontend or optimizer, and gives the in-memory plan's outputs. A missing model is named at load."""
+    import subprocess
+    import sys
+
+    plan, session, _ = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
+    assert plan.steps and all(s.backend == "onnxruntime" and s.onnx_nodes for s in plan.steps)
+    target = save_plan(plan, tmp_path / "plan")
+    feeds = random_feeds(plan.graph, seed=11)
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    code = (f"import sys, numpy as np, korch; s = korch.load({str(target)!r}); "
+            f"out = s.run(None, dict(np.load({str(tmp_path / 'feeds.npz')!r}))); "
+            f"np.savez({str(tmp_path / 'out.npz')!r}, *out); "
+            "print(sorted(m for m in ('onnx', 'korch.frontend', 'korch.candidates', 'korch.pipeline', 'korch.select') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    got = np.load(tmp_path / "out.npz")
+    for k, expected in enumerate(session.run(None, feeds)):
+        np.testing.assert_array_equal(got[f"arr_{k}"], expected)
+    (target / "kernels" / "0.onnx").unlink()
+    with pytest.raises(PlanError, match="kernels/0.onnx is missing"):
+        runtime.load(target)
+
+
 @pytest.fixture(scope="module")
 def gpt_mini() -> tuple[onnx.ModelProto, FissionResult]:
     model = zoo.to_model_proto("gpt-mini")

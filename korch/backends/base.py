@@ -11,11 +11,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from korch.ir.graph import Graph
+
+if TYPE_CHECKING:
+    import onnx
 
 
 class Kernel(ABC):

@@ -10,8 +10,6 @@ region model, and the engine folds the value from the weights itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
 
 import onnx
 from onnx import helper, numpy_helper
@@ -20,6 +18,7 @@ from korch.candidates import Candidate
 from korch.frontend.engines import node_key
 from korch.ir.graph import OUTPUT_COPY, Graph
 from korch.ir.onnx_export import value_info
+from korch.ir.onnx_source import OnnxSource
 
 # A folded value at least this large is weight data, worth leaving to the engine to fold (see
 # _weight_preprocessing); smaller ones (shapes, scalars) are embedded. The bound at which a saved plan
@@ -29,19 +28,6 @@ FOLDED_WEIGHT_MIN_BYTES = 1024
 
 class RegionError(ValueError):
     """The region's ONNX nodes do not line up with its primitive boundary."""
-
-
-@dataclass(frozen=True)
-class OnnxSource:
-    """The loaded (shape-fixed) ONNX model and where each of its values went in the primitive graph.
-
-    `weights_dir`: the directory that the locations of the model's EXTERNAL initializers are
-    relative to (a loaded plan keeps its weights in a file beside original.onnx); region models
-    refer to the same file, and an engine reads from it directly."""
-
-    model: onnx.ModelProto
-    value_map: Mapping[str, str]
-    weights_dir: Path | None = None
 
 
 def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx.ModelProto:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
-from onnx import TensorProto
 
 
 class DType(Enum):
@@ -42,20 +41,24 @@ class DType(Enum):
     @staticmethod
     def from_onnx(elem_type: int) -> DType:
         if elem_type not in _FROM_ONNX:
+            from onnx import TensorProto
+
             name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
             raise ValueError(f"element type {name} is not supported")
         return _FROM_ONNX[elem_type]
 
 
+# ONNX's TensorProto.DataType numbers (fixed by the ONNX spec; written out so that the IR, which a
+# loaded plan needs, does not import onnx; tests/ir checks them against onnx's enum).
 _TO_ONNX = {
-    DType.FLOAT32: TensorProto.FLOAT,
-    DType.FLOAT64: TensorProto.DOUBLE,
-    DType.FLOAT16: TensorProto.FLOAT16,
-    DType.INT64: TensorProto.INT64,
-    DType.INT32: TensorProto.INT32,
-    DType.INT8: TensorProto.INT8,
-    DType.UINT8: TensorProto.UINT8,
-    DType.BOOL: TensorProto.BOOL,
+    DType.FLOAT32: 1,       # FLOAT
+    DType.FLOAT64: 11,      # DOUBLE
+    DType.FLOAT16: 10,      # FLOAT16
+    DType.INT64: 7,         # INT64
+    DType.INT32: 6,         # INT32
+    DType.INT8: 3,          # INT8
+    DType.UINT8: 2,         # UINT8
+    DType.BOOL: 9,          # BOOL
 }
 _FROM_ONNX = {v: k for k, v in _TO_ONNX.items()}
 

@@ -5,6 +5,9 @@ On disk a plan is a directory: plan.json (steps, settings, summary), the primiti
 original.onnx with the map from its values to the primitive graph's (value_map.json). The original
 model's weights are kept apart in original.weights, page-aligned, where onnxruntime maps them
 itself: a loaded plan holds no Python copy of them (bert-base runs in 440 MB, not 2.8 GB).
+Each onnxruntime region is also saved as its ready model, kernels/<step>.onnx, whose weights stay in
+original.weights: loading such a plan hands those bytes to onnxruntime and neither parses
+original.onnx nor imports onnx (read on first use, for another engine's region or a save).
 It is written to a temporary directory beside the target and renamed into place.
 """
 
@@ -17,26 +20,29 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
 
 from korch.errors import KorchError, OutputError
-from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
+from korch.ir.onnx_source import OnnxSource
 from korch.ir.serialize import load_graph, save_graph
 
-PLAN_FORMAT = 2
+if TYPE_CHECKING:
+    import onnx
+
+PLAN_FORMAT = 3
 WEIGHTS_FILE = "original.weights"
 # Initializers of at least this many bytes go to WEIGHTS_FILE; smaller ones (shapes, scalars) stay inline.
 EXTERNAL_MIN_BYTES = 1024
 # Page-aligned offsets let onnxruntime memory-map each initializer instead of reading it.
 WEIGHTS_ALIGN = 4096
-_MAPPABLE = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
-             onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
-             onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
+# Engines whose region kernels a saved plan holds as ready ONNX models (MODELS_DIR/<step>.onnx, weights
+# still in WEIGHTS_FILE), so that loading the plan neither parses original.onnx nor imports onnx. (OpenVINO
+# regions are cut at load: its backend binds the mapped weights itself, and imports onnx to do so.)
+PREBUILT_BACKENDS = frozenset({"onnxruntime"})
+MODELS_DIR = "kernels"
 # Primitives listed when an error names a step: enough to find it, short enough to read.
 _NAMED_NODES = 6
 
@@ -65,6 +71,9 @@ class Plan:
     korch_version: str
     source: OnnxSource | None = None          # the original model, when some step runs ONNX nodes
     summary: Mapping[str, Any] = field(default_factory=dict)
+    # A loaded plan's ready ONNX models, by step (PREBUILT_BACKENDS' region steps); a step not here
+    # is compiled from the source or the primitive graph.
+    models: Mapping[Step, Path] = field(default_factory=dict)
 
     def kernels_by_backend(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -128,10 +137,15 @@ def save_plan(plan: Plan, directory: str | os.PathLike) -> Path:
         raise OutputError(f"{target}: cannot write here ({e.strerror})") from None
     try:
         save_graph(plan.graph, tmp)
+        models: dict[str, str] = {}
+        weights_bytes = 0
         if plan.source is not None:
-            _save_source(plan.source, tmp)
+            saved = _save_source(plan.source, tmp)
+            weights_bytes = (tmp / WEIGHTS_FILE).stat().st_size
+            models = _save_models(plan, saved, tmp)
         meta = {"format": PLAN_FORMAT, "korch_version": plan.korch_version, "machine": plan.machine,
-                "threads": plan.threads, "steps": [asdict(s) for s in plan.steps], "summary": dict(plan.summary)}
+                "threads": plan.threads, "steps": [asdict(s) for s in plan.steps], "summary": dict(plan.summary),
+                "models": models, "weights_bytes": weights_bytes}
         (tmp / "plan.json").write_text(json.dumps(meta, indent=1))
         old = None
         if target.exists():
@@ -156,7 +170,6 @@ def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, ch
     try:
         meta = json.loads(meta_path.read_text())
         graph = load_graph(path)
-        source = _load_source(path) if (path / "original.onnx").exists() else None
     except (OSError, ValueError, KeyError) as e:
         raise PlanError(f"{path}: damaged plan ({type(e).__name__}: {e})") from None
     if meta.get("format") != PLAN_FORMAT:
@@ -168,11 +181,57 @@ def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, ch
                         "there, so re-run korch optimize here")
     steps = tuple(Step(s["backend"], tuple(s["nodes"]), tuple(s["inputs"]), tuple(s["outputs"]), s["key"],
                        s["cost_s"], tuple(s["onnx_nodes"])) for s in meta["steps"])
-    return Plan(graph, steps, meta["threads"], meta["machine"], meta["korch_version"], source, meta["summary"])
+    source = None
+    if (path / "original.onnx").exists():
+        _check_weights_file(path, meta.get("weights_bytes", 0))
+        source = OnnxSource.deferred(lambda: _load_source(path), path)
+    models = {}
+    for k, name in meta.get("models", {}).items():
+        if not (isinstance(name, str) and k.isdigit() and int(k) < len(steps)):
+            raise PlanError(f"{path}: damaged plan (plan.json names model {name!r} for step {k!r})")
+        file = path / name
+        if not file.is_file():
+            raise PlanError(f"{path}: damaged plan (step {int(k) + 1}'s model {name} is missing)")
+        models[steps[int(k)]] = file
+    return Plan(graph, steps, meta["threads"], meta["machine"], meta["korch_version"], source, meta["summary"],
+                models)
 
 
-def _save_source(source: OnnxSource, directory: Path) -> None:
-    """original.onnx with its large initializers moved to WEIGHTS_FILE, and value_map.json."""
+def _check_weights_file(path: Path, expected: int) -> None:
+    """The weights file as saved: engines map it and would read past a truncated one."""
+    weights = path / WEIGHTS_FILE
+    size = weights.stat().st_size if weights.exists() else 0
+    if size != expected:
+        raise PlanError(f"{path}: damaged plan ({WEIGHTS_FILE} is {size} bytes, the plan wrote {expected})")
+
+
+def _save_models(plan: Plan, saved: OnnxSource, directory: Path) -> dict[str, str]:
+    """MODELS_DIR/<k>.onnx for every region step of PREBUILT_BACKENDS, cut from the source as saved
+    (its weights in WEIGHTS_FILE); returns step index -> file name relative to `directory`."""
+    from korch.candidates import Candidate
+    from korch.frontend.regions import region_model
+
+    models = {}
+    for k, step in enumerate(plan.steps):
+        if step.backend not in PREBUILT_BACKENDS or not step.onnx_nodes:
+            continue
+        candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes)
+        name = f"{MODELS_DIR}/{k}.onnx"
+        (directory / MODELS_DIR).mkdir(exist_ok=True)
+        (directory / name).write_bytes(region_model(saved, plan.graph, candidate).SerializeToString())
+        models[str(k)] = name
+    return models
+
+
+def _save_source(source: OnnxSource, directory: Path) -> OnnxSource:
+    """original.onnx with its large initializers moved to WEIGHTS_FILE, and value_map.json; returns
+    the source as saved."""
+    import onnx
+    from onnx import numpy_helper
+
+    mappable = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
+                onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+                onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
     model = onnx.ModelProto()
     model.CopyFrom(source.model)
     offset = 0
@@ -180,7 +239,7 @@ def _save_source(source: OnnxSource, directory: Path) -> None:
         for tensor in model.graph.initializer:
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
                 array = _read_external(tensor, source.weights_dir)      # a loaded plan, saved again
-            elif tensor.data_type in _MAPPABLE:
+            elif tensor.data_type in mappable:
                 array = numpy_helper.to_array(tensor)
                 if array.nbytes < EXTERNAL_MIN_BYTES:
                     continue
@@ -200,6 +259,7 @@ def _save_source(source: OnnxSource, directory: Path) -> None:
             offset += array.nbytes
     (directory / "original.onnx").write_bytes(model.SerializeToString())
     (directory / "value_map.json").write_text(json.dumps(dict(source.value_map)))
+    return OnnxSource(model, source.value_map, directory)
 
 
 def _external_info(tensor: onnx.TensorProto) -> tuple[str, int, int]:
@@ -208,6 +268,8 @@ def _external_info(tensor: onnx.TensorProto) -> tuple[str, int, int]:
 
 
 def _read_external(tensor: onnx.TensorProto, directory: Path | None) -> np.ndarray:
+    from onnx import helper
+
     location, offset, length = _external_info(tensor)
     if directory is None:
         raise ValueError(f"initializer {tensor.name!r} is external but its directory is unknown")
@@ -215,8 +277,19 @@ def _read_external(tensor: onnx.TensorProto, directory: Path | None) -> np.ndarr
     return np.fromfile(directory / location, dtype=dtype, count=length // dtype.itemsize, offset=offset)
 
 
-def _load_source(path: Path) -> OnnxSource:
-    """original.onnx without its weights; their records are checked against WEIGHTS_FILE's size."""
+def _load_source(path: Path) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """original.onnx without its weights, and its value map; the weights' records are checked against
+    WEIGHTS_FILE's size. Called on first use of a loaded plan's source (a step that cuts a region)."""
+    try:
+        return _read_source(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise PlanError(f"{path}: damaged plan ({type(e).__name__}: {e})") from None
+
+
+def _read_source(path: Path) -> tuple[onnx.ModelProto, dict[str, str]]:
+    import onnx
+    from onnx import helper
+
     model = onnx.load(str(path / "original.onnx"), load_external_data=False)
     weights_path = path / WEIGHTS_FILE
     size = weights_path.stat().st_size if weights_path.exists() else 0
@@ -229,4 +302,4 @@ def _load_source(path: Path) -> OnnxSource:
                 or length != dtype.itemsize * int(np.prod(tuple(tensor.dims), dtype=np.int64))):
             raise ValueError(f"initializer {tensor.name!r} points outside {WEIGHTS_FILE} "
                              f"({location}, offset {offset}, length {length}, file size {size})")
-    return OnnxSource(model, json.loads((path / "value_map.json").read_text()), path)
+    return model, json.loads((path / "value_map.json").read_text())

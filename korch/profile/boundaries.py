@@ -31,14 +31,15 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from korch.backends import get_backend
-from korch.candidates.candidate import boundary
 from korch.ir.types import TensorType
+
+if TYPE_CHECKING:
+    import onnx
 
 log = logging.getLogger("korch.profile")
 
@@ -109,6 +110,8 @@ def versions(engines: Iterable[str], cold_cache: bool = True) -> str:
 
 def chain_model(layout: str, blocks: int, side: int, seed: int = 0) -> onnx.ModelProto:
     """`blocks` blocks (Conv 1x1 + Relu for BLOCKED, Mul + Relu for PLAIN) on a [1, 32, side, side] tensor."""
+    from onnx import TensorProto, helper, numpy_helper
+
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
     x = "x"
@@ -134,6 +137,7 @@ def chain_model(layout: str, blocks: int, side: int, seed: int = 0) -> onnx.Mode
 def chain_plan(model: onnx.ModelProto, engines: Sequence[str], threads: int):
     """A plan of one kernel per block (its ONNX nodes as a region for an ONNX engine, its primitives
     otherwise), the engines taken in turn."""
+    from korch.candidates.candidate import boundary
     from korch.frontend.regions import OnnxSource
     from korch.pipeline import run_fission
     from korch.plan import Plan, Step, order_steps

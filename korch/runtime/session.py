@@ -15,12 +15,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from korch.backends import CompileOptions, Kernel
-from korch.candidates import Candidate
+from korch.backends import CompileOptions, Kernel, get_backend
 from korch.errors import ExitCode, KorchError, UsageError
 from korch.ir.types import TensorType
 from korch.plan import Plan, Step, load_plan
-from korch.profile.profiler import compile_candidate
 
 log = logging.getLogger("korch.runtime")
 
@@ -50,8 +48,18 @@ class _Op:
 
 
 def compile_step(plan: Plan, step: Step) -> Kernel:
-    candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes)
+    """The step's kernel: from the ready ONNX model a saved plan holds for it (read as bytes; nothing
+    parses it but the engine), else cut from the source or built from the primitive graph."""
     options = CompileOptions(threads=plan.threads, runs_alone=len(plan.steps) == 1)
+    model = plan.models.get(step)
+    if model is not None:
+        weights = plan.source.weights_dir if plan.source is not None else None
+        return get_backend(step.backend).compile_onnx(model.read_bytes(), step.inputs, step.outputs, options,
+                                                      weights)
+    from korch.candidates import Candidate
+    from korch.profile.profiler import compile_candidate
+
+    candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes)
     return compile_candidate(plan.graph, candidate, step.backend, options, plan.source)
 
 

@@ -28,3 +28,17 @@ def test_a_reduction_over_no_axis_exports_as_the_identity(op: str) -> None:
     assert got["none"].shape == (3, 5)
     for d in diff_outputs(got, run_graph(graph, feeds)):
         assert d.rel <= RTOL, d
+
+
+def test_dtype_numbers_are_onnx_element_types() -> None:
+    """korch.ir.types writes ONNX's element-type numbers out (the IR must load without onnx)."""
+    from onnx import TensorProto
+
+    from korch.ir.types import DType
+
+    for dtype in DType:
+        name = {"FLOAT32": "FLOAT", "FLOAT64": "DOUBLE"}.get(dtype.name, dtype.name)
+        assert dtype.onnx == getattr(TensorProto, name)
+        assert DType.from_onnx(dtype.onnx) is dtype
+    with pytest.raises(ValueError, match="element type STRING is not supported"):
+        DType.from_onnx(TensorProto.STRING)

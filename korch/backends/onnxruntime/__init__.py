@@ -14,17 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 from korch.backends.base import Backend, CompileOptions, Kernel
 from korch.ir.graph import Graph
-from korch.ir.onnx_export import to_onnx
+
+if TYPE_CHECKING:
+    import onnx
 
 
-def make_session(model: onnx.ModelProto | str, threads: int, stop_spinning: bool = False,
+def make_session(model: onnx.ModelProto | bytes | str, threads: int, stop_spinning: bool = False,
                  external_dir: Path | None = None) -> ort.InferenceSession:
     """An onnxruntime CPU session. `stop_spinning=True` for sessions that run one after another with
     other kernels: the pool spins during a run (fast hand-off between its ops) but parks when run()
@@ -47,7 +49,8 @@ def make_session(model: onnx.ModelProto | str, threads: int, stop_spinning: bool
     options.add_session_config_entry("session.force_spinning_stop", "1" if stop_spinning else "0")
     if external_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_dir))
-    source = model if isinstance(model, str) else model.SerializeToString()    # a path: onnxruntime reads it
+    # a path or serialized bytes go to onnxruntime as they are: nothing here parses them
+    source = model if isinstance(model, (str, bytes)) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
 
@@ -71,10 +74,13 @@ class OnnxRuntimeBackend(Backend):
         return None          # every primitive lowers to a standard ONNX op (ir/onnx_export.py)
 
     def compile(self, graph: Graph, options: CompileOptions) -> Kernel:
+        from korch.ir.onnx_export import to_onnx
+
         return self.compile_onnx(to_onnx(graph), graph.inputs, graph.outputs, options)
 
-    def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
+    def compile_onnx(self, model: onnx.ModelProto | bytes, inputs: Sequence[str], outputs: Sequence[str],
                      options: CompileOptions, external_dir: Path | None = None) -> Kernel:
-        """Compile an ONNX model directly (e.g. the original ONNX nodes of a region)."""
+        """Compile an ONNX model directly (e.g. the original ONNX nodes of a region), in memory or
+        serialized (a saved plan's ready model)."""
         session = make_session(model, options.threads, stop_spinning=not options.runs_alone, external_dir=external_dir)
         return OnnxRuntimeKernel(session, inputs, outputs)
