@@ -54,6 +54,12 @@ class SelectionSettings:
     # only kernels already timed in a plan or `refine_rounds` re-solves are done (0: profiles only).
     refine_rounds: int = 4
     refine_runs: int = 7
+    # A split plan that fails the accuracy check, though each of its kernels passed alone (their errors
+    # add up): up to this many times, its kernels farthest from the reference, given the reference's
+    # inputs, are excluded and the BLP solved again (0: the split plan is dropped at once). Excluded:
+    # each kernel whose own error is at least `blame_fraction` of the worst kernel's.
+    check_rounds: int = 3
+    blame_fraction: float = 0.5
 
 
 @dataclass(frozen=True)

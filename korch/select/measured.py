@@ -19,8 +19,12 @@ close contenders wrongly. So:
    win by `multi_kernel_margin`; otherwise the fastest whole-model kernel is the plan.
    Before they are timed, the split plan and each contender are checked against onnxruntime on
    fresh random inputs (verify.PlanChecker: the accuracy policy that also judges the final plan).
-   One that disagrees is dropped, with the check's words in the reason; if every contender
-   disagrees, the other engines' whole-model kernels are tried, cheapest first. Any contender can
+   A split plan that disagrees is not dropped at once: its errors add up from kernels that each
+   passed alone, so the kernels farthest from the reference when fed the reference's own inputs
+   (`blame_fraction`) are excluded from split plans and the BLP solved again, up to `check_rounds`
+   times (the exclusions are remembered with the outcome). A whole-model contender that disagrees is dropped, with the
+   check's words in the reason; if every contender disagrees, the other engines' whole-model
+   kernels are tried, cheapest first. Any contender can
    fail: kernels each accepted within the model-wide tolerance can add up past what one output
    allows, and an engine's whole model can miss it (OpenVINO's on yolov4 on an AVX2 host, found by
    the final check after a 20-minute optimize). Such a plan must cost a fallback, not the run.
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -52,13 +57,13 @@ from korch.runtime import Session, compile_plan
 from korch.runtime.session import compile_step
 from korch.select.blp import Option, Selection, SelectionError, solve
 from korch.settings import OptimizeSettings
-from korch.verify import PlanCheck, PlanChecker, random_feeds
+from korch.verify import PlanCheck, PlanChecker, diff_outputs, random_feeds
 
 log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v5-checked-contenders"
+PROCEDURE = "measured-selection-v6-exclude-inaccurate-kernels"
 SPLIT = "split"
 
 
@@ -86,6 +91,8 @@ class SelectionStats:
     cycle_cuts: int = 0                   # the kept plan's solve: cuts against plans that cannot be ordered
     resolves: int = 0                     # ... and the re-solves they took
     inaccurate: Mapping[str, str] = field(default_factory=dict)   # dropped by the check: SPLIT or engine -> why
+    # kernels excluded from split plans because a plan of them failed the check (module doc, step 1b)
+    excluded: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -116,7 +123,7 @@ def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], 
 
     s, a = settings.selection, settings.accuracy
     h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
-                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.refine_rounds}|"
+                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.refine_rounds}|{s.check_rounds}|{s.blame_fraction}|"
                        f"{a.rtol}|{a.fp32_factor}|{a.check_inputs}|{settings.seed}".encode())
     if boundaries is not None:
         h.update(repr(sorted(boundaries.lines.items())).encode())
@@ -149,6 +156,11 @@ class _Context:
         self.split_options = [o for o in options if o.key not in whole_keys]
         self.feeds = random_feeds(graph, settings.seed + 2)
         self._kernels: dict[Step, Kernel] = {}     # the last compiled split plan's
+        # kernels no split plan may use (a plan of them failed the check): by cost key (so structural
+        # twins go too) -> why, and by (backend, primitives) (so another candidate of the same
+        # primitives on the same engine, such as their region, goes too)
+        self.excluded: dict[str, str] = {}
+        self.excluded_nodes: set[tuple[str, frozenset[int]]] = set()
 
     def cost_key(self, step: Step) -> str:
         """Names a (candidate, backend) pair across runs (Option.key numbers options within one run)."""
@@ -159,8 +171,38 @@ class _Context:
         out = []
         for o in self.split_options:
             c = costs.get(self.cost_key(self.steps[o.key]))
+            if self.is_excluded(o) or c == math.inf:      # (a remembered exclusion is stored as inf)
+                continue
             out.append(o if c is None else replace(o, cost=c))
         return out
+
+    def is_excluded(self, option: Option) -> bool:
+        step = self.steps[option.key]
+        return self.cost_key(step) in self.excluded or (step.backend, option.nodes) in self.excluded_nodes
+
+    def exclude(self, step: Step, why: str) -> None:
+        self.excluded[self.cost_key(step)] = why
+        self.excluded_nodes.add((step.backend, frozenset(step.nodes)))
+
+    def excluded_costs(self) -> dict[str, float]:
+        """Every excluded split option's cost key at inf: how a remembered outcome keeps them out."""
+        return {self.cost_key(self.steps[o.key]): math.inf for o in self.split_options if self.is_excluded(o)}
+
+    def blame(self, plan: Plan) -> list[tuple[Step, float]]:
+        """The steps of a compiled split plan farthest from the reference when fed the reference's own
+        values (each one's error alone, not what it inherits): those within `blame_fraction` of the
+        worst, with their errors, worst first."""
+        from korch.backends.reference import run_graph
+
+        wanted = {v for st in plan.steps for v in st.inputs + st.outputs}
+        exact = run_graph(self.graph, self.feeds, also=wanted)
+        errors = []
+        for step in plan.steps:
+            outputs = self._kernels[step].run([exact[i] for i in step.inputs])
+            diffs = diff_outputs(dict(zip(step.outputs, outputs)), {o: exact[o] for o in step.outputs})
+            errors.append(max((d.rel for d in diffs), default=0.0))
+        bar = self.settings.selection.blame_fraction * max(errors, default=0.0)
+        return sorted(((st, e) for st, e in zip(plan.steps, errors) if e >= bar), key=lambda se: -se[1])
 
     def compile(self, plan: Plan) -> Session:
         """The plan's session, reusing kernels of the previous split plan compiled here. (By step, not
@@ -230,22 +272,64 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
         return _replay(ctx, remembered)
-    split, rounds, solve_s, costs = _best_split(ctx)
-    selected = _compare(ctx, split, rounds, solve_s, costs)
+    split, rounds, solve_s, costs, checked = _accurate_split(ctx)
+    selected = _compare(ctx, split, rounds, solve_s, costs, checked)
     if db is not None:
         kept = selected.stats
+        remembered_costs = {**costs, **ctx.excluded_costs()}
         db.put_selection(problem, kept.boundary_ms * 1e-3, kept.measured_ms * 1e-3,
-                         None if kept.kept == SPLIT else kept.kept, kept.why, costs if kept.kept == SPLIT else None)
+                         None if kept.kept == SPLIT else kept.kept, kept.why,
+                         remembered_costs if kept.kept == SPLIT else None)
     return selected
 
 
-def _best_split(ctx: _Context) -> tuple[_Timed | None, int, float, dict[str, float]]:
+@dataclass(frozen=True)
+class _Checked:
+    """The accuracy check of the last split plan (None: not checked), and, when a split plan failed it,
+    the words that say so."""
+
+    check: PlanCheck | None = None
+    failure: str | None = None
+
+
+def _accurate_split(ctx: _Context) -> tuple[_Timed | None, int, float, dict[str, float], _Checked]:
+    """`_best_split`, checked (module doc, step 1b): while its plan fails the check, up to
+    `check_rounds` times, the kernels farthest from the reference are excluded and the BLP solved again."""
+    s = ctx.settings.selection
+    rounds, solve_s, costs = 0, 0.0, {}
+    failure = None
+    for attempt in range(1 + s.check_rounds):
+        split, r, t, costs = _best_split(ctx, costs)
+        rounds, solve_s = rounds + r, solve_s + t
+        if split is None or split.session is None:
+            return split, rounds, solve_s, costs, _Checked(None, failure)
+        check = ctx.check(split.plan, split.session)
+        if check is None or check.ok:
+            return split, rounds, solve_s, costs, _Checked(check, None)
+        failure = f"the best split plan ({len(split.plan.steps)} kernels), {check.worst()}"
+        log.warning("the best split plan (%d kernels) disagrees with onnxruntime (%s)", len(split.plan.steps),
+                    check.summary())
+        if attempt == s.check_rounds:
+            break
+        blamed = ctx.blame(split.plan)
+        said = []
+        for step, error in blamed:
+            nodes = step.onnx_nodes or tuple(dict.fromkeys(ctx.graph.nodes[i].origin for i in step.nodes))
+            shown = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+            said.append(f"the {step.backend} kernel of [{shown}] ({error:.2e} from the reference on exact inputs)")
+            ctx.exclude(step, said[-1])
+        log.warning("excluding %d kernel(s) and solving again: %s", len(blamed), "; ".join(said))
+    return split, rounds, solve_s, costs, _Checked(check, failure)
+
+
+def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | None, int, float, dict[str, float]]:
     """The best split plan under in-plan (else profiled) and boundary costs (module doc, step 1),
-    compiled and timed unless its prediction rules it out; None if there is none. Returns it, the
-    plans compiled, the solver's seconds, and the in-plan costs its last solve used."""
+    compiled and timed unless its prediction rules it out; None if there is none. `known`: in-plan
+    costs from earlier plans. Returns it, the plans compiled, the solver's seconds, and the in-plan
+    costs its last solve used."""
     s = ctx.settings.selection
     cheapest_whole = min((o.cost for o in ctx.whole.values()), default=None)
-    costs: dict[str, float] = {}
+    costs: dict[str, float] = dict(known)
     solve_s = 0.0
     for round_ in range(1 + s.refine_rounds):
         used = dict(costs)
@@ -289,20 +373,15 @@ def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
 
 
 def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
-             costs: Mapping[str, float]) -> Selected:
+             costs: Mapping[str, float], checked: _Checked) -> Selected:
     s = ctx.settings.selection
     inaccurate: dict[str, str] = {}
-    checks: dict[str, PlanCheck | None] = {}
+    checks: dict[str, PlanCheck | None] = {SPLIT: checked.check}
     split_timed = split is not None and split.session is not None
-    if split_timed:
-        assert split is not None and split.session is not None
-        check = ctx.check(split.plan, split.session)
-        if check is not None and not check.ok:
-            inaccurate[SPLIT] = f"the best split plan ({len(split.plan.steps)} kernels), {check.worst()}"
-            log.warning("the best split plan (%d kernels) disagrees with onnxruntime (%s); not compared",
-                        len(split.plan.steps), check.summary())
-            split_timed = False
-        checks[SPLIT] = check
+    if split_timed and checked.check is not None and not checked.check.ok:
+        split_timed = False
+    if checked.failure is not None and not split_timed:
+        inaccurate[SPLIT] = checked.failure      # (a split plan that passed after exclusions is not listed)
     compiled: dict[str, tuple[Plan, Selection, Session]] = {}
     tried: set[str] = set()
 
@@ -373,17 +452,25 @@ def _ms(seconds: float) -> str:
     return f"{ms:.{digits}f} ms"
 
 
+def _after_exclusions(ctx: _Context) -> str:
+    return f" (after excluding {len(ctx.excluded)} kernel(s) whose errors added up past the check)" \
+        if ctx.excluded else ""
+
+
 def _why_split_alone(ctx: _Context, split: _Timed) -> str:
     return f"the best split plan ({len(split.plan.steps)} kernels) measured {_ms(split.measured_s or 0.0)}; " \
-           "no engine's whole-model kernel was available to compare"
+           f"no engine's whole-model kernel was available to compare{_after_exclusions(ctx)}"
 
 
 def _why_split(ctx: _Context, split: _Timed, timings: Mapping[str, float], engines: Mapping[str, float]) -> str:
+    if not engines and ctx.whole and ctx.settings.selection.duel_rounds == 0:
+        return (f"the best split plan ({len(split.plan.steps)} kernels) was predicted faster than every whole-model "
+                f"kernel's profile (side-by-side comparison off){_after_exclusions(ctx)}")
     if not engines:
         return _why_split_alone(ctx, split)
     rivals = ", ".join(f"{b}'s whole model {_ms(t)}" for b, t in sorted(engines.items(), key=lambda kv: kv[1]))
     return (f"the best split plan ({len(split.plan.steps)} kernels) measured {_ms(timings[SPLIT])} side by side, "
-            f"faster than {rivals}")
+            f"faster than {rivals}{_after_exclusions(ctx)}")
 
 
 def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mapping[str, float],
@@ -429,7 +516,8 @@ def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, m
         split_measured_ms=split.measured_s * 1e3 if split is not None and split.measured_s is not None else None,
         whole_model_ms={b: o.cost * 1e3 for b, o in sorted(ctx.whole.items())},
         side_by_side_ms={k: v * 1e3 for k, v in side.items()}, in_plan_costs=in_plan_costs,
-        cycle_cuts=selection.cycle_cuts, resolves=selection.resolves, inaccurate=dict(inaccurate or {}))
+        cycle_cuts=selection.cycle_cuts, resolves=selection.resolves, inaccurate=dict(inaccurate or {}),
+        excluded=tuple(ctx.excluded.values()))
     return Selected(plan, session, stats, check)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -31,8 +31,10 @@ def conform(array: np.ndarray, t: TensorType) -> np.ndarray:
     return array
 
 
-def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], intermediate: bool = False) -> dict[str, np.ndarray]:
-    """Run `graph` on `feeds`. Returns the graph outputs, or every value when `intermediate`."""
+def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], intermediate: bool = False,
+              also: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """Run `graph` on `feeds`. Returns the graph outputs and the values named in `also` (the rest are
+    freed once used), or every value when `intermediate`."""
     missing = [name for name in graph.inputs if name not in feeds]
     if missing:
         raise ValueError(f"missing feeds for graph inputs: {', '.join(missing)}")
@@ -40,7 +42,8 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], intermediate: bool 
     for name in graph.inputs:
         env[name] = np.asarray(feeds[name], dtype=graph.types[name].dtype.numpy)
     last_use = {i: k for k, n in enumerate(graph.nodes) for i in n.inputs}
-    keep = set(graph.outputs) | set(graph.constants) | set(graph.inputs)
+    wanted = set(graph.outputs) | set(also)
+    keep = wanted | set(graph.constants) | set(graph.inputs)
     for k, node in enumerate(graph.nodes):
         out_type = graph.types[node.output]
         env[node.output] = conform(evaluate(node, [env[i] for i in node.inputs], out_type.dtype.numpy), out_type)
@@ -50,4 +53,4 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], intermediate: bool 
                     del env[i]
     if intermediate:
         return env
-    return {name: env[name] for name in graph.outputs}
+    return {name: env[name] for name in wanted}
