@@ -1,13 +1,20 @@
 """The onnxruntime backend: a candidate runs as its own small onnxruntime session (ORT_ENABLE_ALL).
 
-Each session has its own intra-op pool and arena. onnxruntime's global pool (set_global_thread_pool_sizes
-with use_per_session_threads=False, and an environment allocator) would let a plan's kernels share one,
-but in onnxruntime 1.32's Python API, once the global pool's sizes are set, every later session in the
-process must use it ("use_per_session_threads must be false when using a global thread pool", tried
-2026-11-25, before and after a per-session session existed). korch runs sessions that must keep their
-own pools in the same process: onnxruntime's default session as `korch bench`'s peer and the plan
-check's reference, and a whole-model kernel that spins between calls. So the shared pool would need
-every such session moved to another process first.
+Kernels that run among others (every session but a whole model's) share one arena: an allocator
+registered on onnxruntime's environment once per process (create_and_register_allocator), which a
+session uses only when it asks (session.use_env_allocators). With an arena each, every session kept
+its own activations' worth of memory: 60 sessions of a 64-channel 80x80 conv read 496 MB of peak RSS,
+126 MB sharing one (benchmarks/ort_arenas.py). Sessions that do not ask (a user's, korch bench's
+onnxruntime peer) are unaffected.
+
+Each session still has its own intra-op pool. onnxruntime's global pool (set_global_thread_pool_sizes
+with use_per_session_threads=False) would let a plan's kernels share one, but in onnxruntime 1.32's
+Python API, once the global pool's sizes are set, every later session in the process must use it
+("use_per_session_threads must be false when using a global thread pool", tried 2026-11-25, before
+and after a per-session session existed). korch runs sessions that must keep their own pools in the
+same process: onnxruntime's default session as `korch bench`'s peer and the plan check's reference,
+and a whole-model kernel that spins between calls. So the shared pool would need every such session
+moved to another process first.
 """
 
 from __future__ import annotations
@@ -26,6 +33,18 @@ if TYPE_CHECKING:
     import onnx
 
 
+_shared_arena_registered = False     # onnxruntime's environment is per process, and so is this
+
+
+def _register_shared_arena() -> None:
+    """The environment's CPU arena (default arena settings, as a session's own), registered once."""
+    global _shared_arena_registered
+    if not _shared_arena_registered:
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+        _shared_arena_registered = True
+
+
 def make_session(model: onnx.ModelProto | bytes | str, threads: int, stop_spinning: bool = False,
                  external_dir: Path | None = None) -> ort.InferenceSession:
     """An onnxruntime CPU session. `stop_spinning=True` for sessions that run one after another with
@@ -37,6 +56,9 @@ def make_session(model: onnx.ModelProto | bytes | str, threads: int, stop_spinni
     session read 5.2 ms in one measurement and 13.6 ms in another back to back (p90 ~3x the median)
     where the default session read 5.1 ms (2 threads, 2026-11-23).
 
+    Sessions that stop spinning also share the environment's arena (module doc); one that runs
+    alone keeps its own, as onnxruntime's default session does.
+
     `external_dir`: the directory the model's EXTERNAL initializers are relative to (a saved plan's
     weights file). onnxruntime maps them itself: bert-base's whole-model session peaks at 440 MB
     this way, 720 MB from the .onnx file with embedded weights."""
@@ -47,6 +69,9 @@ def make_session(model: onnx.ModelProto | bytes | str, threads: int, stop_spinni
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 4      # fatal only: a failed run raises, and korch reports it once (KernelRunError)
     options.add_session_config_entry("session.force_spinning_stop", "1" if stop_spinning else "0")
+    if stop_spinning:
+        _register_shared_arena()
+        options.add_session_config_entry("session.use_env_allocators", "1")
     if external_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_dir))
     # a path or serialized bytes go to onnxruntime as they are: nothing here parses them
@@ -66,8 +91,9 @@ class OnnxRuntimeKernel(Kernel):
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
-    # Session settings that change timings: pools park after a call, except a kernel that runs alone.
-    version = "onnxruntime-" + ort.__version__ + "-spinstop-alone-spins"
+    # Session settings that change timings: pools park after a call, except a kernel that runs alone;
+    # kernels that run among others share one arena.
+    version = "onnxruntime-" + ort.__version__ + "-spinstop-alone-spins-shared-arena"
     accepts_onnx = True
 
     def supports(self, graph: Graph) -> str | None:
