@@ -7,6 +7,8 @@ operations on top of the kernel's own call.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import os
 import time
@@ -64,7 +66,30 @@ def compile_step(plan: Plan, step: Step) -> Kernel:
 
 
 def compile_plan(plan: Plan) -> Session:
-    return Session(plan, [compile_step(plan, s) for s in plan.steps])
+    kernels = []
+    for step in plan.steps:
+        kernels.append(compile_step(plan, step))
+        release_freed_heap()
+    return Session(plan, kernels)
+
+
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):        # not glibc: nothing to do
+        return None
+
+
+def release_freed_heap() -> None:
+    """Give the C heap's free memory back to the OS (glibc's malloc_trim; elsewhere nothing). A kernel's
+    compile makes transient copies of its weights (the ONNX proto, its bytes, the engine's parse)
+    that glibc keeps in the heap once freed, so each compile raised the next one's floor: on a
+    92-kernel onnxruntime plan of efficientvit-b1, peak RSS 212 -> 186 MB trimming after each kernel,
+    on its OpenVINO whole model 195 -> 188 (2 threads, 2026-11-25)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 class Session:
