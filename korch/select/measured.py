@@ -22,11 +22,11 @@ close contenders wrongly. So:
    A split plan that disagrees is not dropped at once: its errors add up from kernels that each
    passed alone, so the kernels farthest from the reference when fed the reference's own inputs
    (`blame_fraction`) are excluded from split plans and the BLP solved again, up to `check_rounds`
-   times (the exclusions are remembered with the outcome). A whole-model contender that disagrees is dropped, with the
-   check's words in the reason; if every contender disagrees, the other engines' whole-model
-   kernels are tried, cheapest first. Any contender can
-   fail: kernels each accepted within the model-wide tolerance can add up past what one output
-   allows, and an engine's whole model can miss it (OpenVINO's on yolov4 on an AVX2 host, found by
+   times (the exclusions are remembered with the outcome). A whole-model contender that disagrees
+   is dropped, with the check's words in the reason; if every contender disagrees, the other
+   engines' whole-model kernels are tried, cheapest first. Any contender can fail: kernels each
+   accepted within the model-wide tolerance can add up past what one output allows, and an
+   engine's whole model can miss it (OpenVINO's on yolov4 on an AVX2 host, found by
    the final check after a 20-minute optimize). Such a plan must cost a fallback, not the run.
 3. What was kept and why is recorded in words ("the best split plan measured 45.6 ms side by side,
    onnxruntime's whole model 39.0 ms"), and stored in the profile database, so a warm run solves,
