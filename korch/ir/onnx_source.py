@@ -42,10 +42,6 @@ class OnnxSource:
         source.weights_dir = weights_dir
         return source
 
-    @property
-    def loaded(self) -> bool:
-        return self._loader is None
-
     def _load(self) -> None:
         if self._loader is not None:
             self._model, self._value_map = self._loader()

@@ -119,6 +119,11 @@ def _why_unordered(pending: list[Step], ready: set[str]) -> str:
     return f"steps wait on each other in a cycle: {links}"
 
 
+def step_onnx_nodes(graph: Graph, step: Step) -> tuple[str, ...]:
+    """The ONNX nodes a step computes: its region's, else those its primitives came from, in order."""
+    return step.onnx_nodes or tuple(dict.fromkeys(graph.nodes[i].origin for i in step.nodes))
+
+
 def _name(step: Step) -> str:
     shown = ", ".join(map(str, step.nodes[:_NAMED_NODES])) + (", ..." if len(step.nodes) > _NAMED_NODES else "")
     return f"the {step.backend} kernel of primitives [{shown}]"

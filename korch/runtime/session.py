@@ -21,6 +21,7 @@ from korch.backends import CompileOptions, Kernel, get_backend
 from korch.errors import ExitCode, KorchError, UsageError
 from korch.ir.types import TensorType
 from korch.plan import Plan, Step, load_plan
+from korch.plan.plan import step_onnx_nodes
 
 log = logging.getLogger("korch.runtime")
 
@@ -172,7 +173,7 @@ class Session:
 
     def _failure(self, k: int, error: Exception) -> str:
         step = self.plan.steps[k]
-        nodes = step.onnx_nodes or tuple(dict.fromkeys(self.plan.graph.nodes[i].origin for i in step.nodes))
+        nodes = step_onnx_nodes(self.plan.graph, step)
         shown = ", ".join(repr(n) for n in nodes[:_NAMED_ONNX_NODES])
         if len(nodes) > _NAMED_ONNX_NODES:
             shown += f", ... ({len(nodes)} in all)"

@@ -50,6 +50,7 @@ from korch.errors import VerificationError
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
+from korch.plan.plan import step_onnx_nodes
 from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.timing import measure, side_by_side
@@ -314,7 +315,7 @@ def _accurate_split(ctx: _Context) -> tuple[_Timed | None, int, float, dict[str,
         blamed = ctx.blame(split.plan)
         said = []
         for step, error in blamed:
-            nodes = step.onnx_nodes or tuple(dict.fromkeys(ctx.graph.nodes[i].origin for i in step.nodes))
+            nodes = step_onnx_nodes(ctx.graph, step)
             shown = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
             said.append(f"the {step.backend} kernel of [{shown}] ({error:.2e} from the reference on exact inputs)")
             ctx.exclude(step, said[-1])
