@@ -22,6 +22,13 @@ one engine's whole-model kernel beat the solver's plan side by side, that engine
 `error` column were added without a schema bump: a file without them gets them on open, and older
 korch ignores them.
 
+Two more tables feed the cost models (korch/costmodel): `features`, each candidate key's feature
+vector (a function of the key, stored once, tagged with the feature set's version), and `sightings`,
+which model(s) each key was seen in, so a model's own kernels can be held out when the cost models
+are evaluated. A sixth, `guided`, lists the profiling problems whose guided profiling finished
+(korch/profile/guided.py), so a warm optimize reads what was measured and solves nothing again.
+All three are added to older files on open; a vector of another version is not read.
+
 A third table keeps the machine's kernel-boundary calibration (korch/profile/boundaries.py): per
 threads, engine versions and (producer, consumer, layout), the fixed and per-byte cost of a tensor
 crossing from one kernel to the next. It is made once per machine and added to older files on open.
@@ -94,6 +101,26 @@ CREATE TABLE IF NOT EXISTS boundaries (
     PRIMARY KEY (machine, threads, versions, producer, consumer, layout)
 ) WITHOUT ROWID;
 """
+_FEATURES = """
+CREATE TABLE IF NOT EXISTS features (
+    candidate_key TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    vector TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+_GUIDED = """
+CREATE TABLE IF NOT EXISTS guided (
+    problem_key TEXT PRIMARY KEY,
+    created_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
+_SIGHTINGS = """
+CREATE TABLE IF NOT EXISTS sightings (
+    candidate_key TEXT NOT NULL,
+    model TEXT NOT NULL,
+    PRIMARY KEY (candidate_key, model)
+) WITHOUT ROWID;
+"""
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
 _COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT")),
                   "profiles": (("error", "REAL"),)}
@@ -117,6 +144,9 @@ CREATE TABLE IF NOT EXISTS profiles (
 ) WITHOUT ROWID;
 {_SELECTIONS}
 {_BOUNDARIES}
+{_FEATURES}
+{_SIGHTINGS}
+{_GUIDED}
 """
 
 
@@ -137,6 +167,18 @@ class RememberedSelection(NamedTuple):
     whole_model_backend: str | None = None
     reason: str | None = None
     costs: Mapping[str, float] = MappingProxyType({})
+
+
+class TimedKernel(NamedTuple):
+    """A timed kernel joined with its candidate's features (ProfileDB.timed_with_features)."""
+
+    candidate_key: str
+    backend_version: str
+    threads: int
+    median_s: float
+    created_at: float
+    features: tuple[float, ...]
+    models: frozenset[str]
 
 
 class Status(str, Enum):
@@ -304,6 +346,55 @@ class ProfileDB:
                          [(machine, threads, versions, p, c, layout, line.fixed_s, line.s_per_byte, now)
                           for (p, c, layout), line in lines.items()])
 
+    def put_features(self, model: str, version: int, vectors: Mapping[str, Sequence[float]]) -> None:
+        """Store each key's feature vector (kept if one of this version is there) and that `model` saw it."""
+        if not vectors:
+            return
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany("INSERT INTO features (candidate_key, version, vector) VALUES (?, ?, ?) "
+                                 "ON CONFLICT(candidate_key) DO UPDATE SET version = excluded.version, "
+                                 "vector = excluded.vector WHERE features.version != excluded.version",
+                                 [(k, version, json.dumps(list(v))) for k, v in vectors.items()])
+                conn.executemany("INSERT OR IGNORE INTO sightings (candidate_key, model) VALUES (?, ?)",
+                                 [(k, model) for k in vectors])
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
+
+    def timed_with_features(self, backend: str, machine: str, version: int) -> list[TimedKernel]:
+        """Every timed (ok) record of `backend` on `machine` whose key has a feature vector of `version`,
+        newest first, with the models its key was seen in: what a cost model learns from."""
+        rows = self._query(
+            "SELECT p.candidate_key, p.backend_version, p.threads, p.median_s, p.created_at, f.vector, "
+            "(SELECT group_concat(s.model, char(31)) FROM sightings s WHERE s.candidate_key = p.candidate_key) "
+            "FROM profiles p JOIN features f ON f.candidate_key = p.candidate_key "
+            "WHERE p.backend = ? AND p.machine = ? AND p.status = 'ok' AND f.version = ? "
+            "ORDER BY p.created_at DESC", (backend, machine, version))
+        out = []
+        for key, backend_version, threads, median, created, vector, models in rows:
+            try:
+                values = tuple(float(x) for x in json.loads(vector))
+            except (ValueError, TypeError):
+                log.warning("%s: unreadable feature vector for %s; skipped", self.path, key[:12])
+                continue
+            out.append(TimedKernel(key, backend_version, int(threads), float(median), float(created), values,
+                                   frozenset(models.split(chr(31))) if models else frozenset()))
+        return out
+
+    def guided_done(self, problem_key: str) -> bool:
+        """Whether guided profiling of this problem finished before (korch/profile/guided.py)."""
+        return bool(self._query("SELECT 1 FROM guided WHERE problem_key = ?", (problem_key,)))
+
+    def put_guided_done(self, problem_key: str) -> None:
+        self._write_many("INSERT OR REPLACE INTO guided (problem_key, created_at) VALUES (?, ?)",
+                         [(problem_key, time.time())])
+
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM profiles", ())[0][0])
 
@@ -429,8 +520,8 @@ def _open_once(path: Path) -> sqlite3.Connection:
 
 
 def _add_new_columns(conn: sqlite3.Connection) -> None:
-    conn.execute(_SELECTIONS)
-    conn.execute(_BOUNDARIES)
+    for table in (_SELECTIONS, _BOUNDARIES, _FEATURES, _SIGHTINGS, _GUIDED):
+        conn.execute(table)
     for table, columns in _COLUMNS_ADDED.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         for name, sql_type in columns:

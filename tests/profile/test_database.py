@@ -155,6 +155,36 @@ def test_records_keep_their_error_and_older_files_gain_the_column(tmp_path: Path
         assert db.get("j", "inductor", "torch-2.13", 2, MACHINE).error == 1e-6
 
 
+def test_features_and_sightings_feed_cost_models_and_older_files_gain_the_tables(tmp_path: Path) -> None:
+    """A key's feature vector is stored once per feature version, with every model it was seen in;
+    only timed records of the asked backend and machine, with a vector of the asked version, are read."""
+    path = tmp_path / "p.sqlite"
+    with ProfileDB(path) as db:
+        db.put_many([ok("a", median=2e-5), ok("b", median=3e-5), ok("c", backend="onnxruntime"),
+                     Record.rejected("d", "inductor", "torch-2.13", 2, MACHINE, "unsupported: x")])
+        db.put_features("model-1", 1, {"a": (1.0, 2.0), "b": (3.0, 4.0), "d": (0.0, 0.0)})
+        db.put_features("model-2", 1, {"a": (9.0, 9.0)})          # same key, same version: first vector kept
+        rows = {r.candidate_key: r for r in db.timed_with_features("inductor", MACHINE, 1)}
+        assert set(rows) == {"a", "b"}                            # c: other backend; d: rejected
+        assert rows["a"].features == (1.0, 2.0) and rows["a"].models == {"model-1", "model-2"}
+        assert rows["b"].median_s == 3e-5 and rows["b"].models == {"model-1"} and rows["b"].threads == 2
+        assert db.timed_with_features("inductor", "other machine", 1) == []
+        assert db.timed_with_features("inductor", MACHINE, 2) == []
+        db.put_features("model-3", 2, {"a": (5.0, 6.0, 7.0)})      # a new feature version replaces the vector
+        assert [r.features for r in db.timed_with_features("inductor", MACHINE, 2)] == [(5.0, 6.0, 7.0)]
+    with sqlite3.connect(path) as conn:            # a file from before the cost-model tables
+        conn.execute("DROP TABLE features")
+        conn.execute("DROP TABLE sightings")
+    with ProfileDB(path) as db:
+        assert db.timed_with_features("inductor", MACHINE, 1) == [] and db.get("a", "inductor", "torch-2.13", 2, MACHINE)
+        db.put_features("model-1", 1, {"b": (3.0, 4.0)})
+        assert [r.candidate_key for r in db.timed_with_features("inductor", MACHINE, 1)] == ["b"]
+    with sqlite3.connect(path) as conn:            # a damaged vector is skipped, not trusted
+        conn.execute("UPDATE features SET vector = '[1, ' WHERE candidate_key = 'b'")
+    with ProfileDB(path) as db:
+        assert db.timed_with_features("inductor", MACHINE, 1) == []
+
+
 def test_creates_missing_cache_directories(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "profiles.sqlite"
     with ProfileDB(path) as db:

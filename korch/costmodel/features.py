@@ -1,0 +1,124 @@
+"""What a cost model sees of a candidate kernel: a fixed vector of numbers computed from its primitives.
+
+Everything here comes from the primitive graph alone (shapes, ops, constants' sizes), so a
+candidate's features are a function of its structural key and are stored once per key in the profile
+database, beside the model(s) it was seen in. Change FEATURE_NAMES or how one is computed, and bump
+FEATURES_VERSION: stored vectors of another version are not read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from korch.candidates import Candidate
+from korch.ir.graph import Graph, Node
+from korch.ir.ops import PrimClass
+
+FEATURES_VERSION = 1
+
+# Ops counted one by one: those whose speed differs most from others of their class.
+_COUNTED_OPS = ("conv", "conv_transpose", "matmul", "transpose", "reshape", "slice", "concat", "pad", "gather",
+                "expand", "reduce_sum", "reduce_max", "window_max", "window_mean", "cast", "where")
+# Unary maps that cost a polynomial or a table, not one instruction.
+_TRANSCENDENTAL = frozenset(("exp", "log", "tanh", "sigmoid", "erf", "sin", "cos", "pow", "sqrt", "reciprocal", "div"))
+
+FEATURE_NAMES: tuple[str, ...] = (
+    "nodes", *(f"class_{k.value}" for k in PrimClass), *(f"op_{op}" for op in _COUNTED_OPS), "transcendental",
+    "flops", "linear_flops", "elementwise_flops",
+    "bytes_in", "bytes_weights", "bytes_out", "bytes_internal", "largest_tensor_bytes",
+    "inputs", "outputs", "max_reduction", "max_linear_k", "max_output_elements", "region", "onnx_nodes",
+)
+_INDEX = {name: k for k, name in enumerate(FEATURE_NAMES)}
+
+
+@dataclass(frozen=True)
+class Features:
+    """One candidate's feature vector, in FEATURE_NAMES order."""
+
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.values) != len(FEATURE_NAMES):
+            raise ValueError(f"a feature vector has {len(FEATURE_NAMES)} entries, got {len(self.values)}")
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[_INDEX[name]]
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(FEATURE_NAMES, self.values))
+
+
+def _bytes(graph: Graph, value: str) -> int:
+    t = graph.types[value]
+    return t.size * t.dtype.numpy.itemsize if t.is_static else 0
+
+
+def _elements(graph: Graph, value: str) -> int:
+    t = graph.types[value]
+    return t.size if t.is_static else 0
+
+
+def _linear(graph: Graph, node: Node) -> tuple[float, int]:
+    """(flops, reduction length) of a matmul or convolution: two per multiply-add."""
+    out = _elements(graph, node.output)
+    w = graph.types[node.inputs[1]].shape
+    if node.op == "matmul":
+        k = graph.types[node.inputs[0]].shape[-1]
+        return 2.0 * out * k, int(k)
+    k = int(math.prod(w[1:]))                      # conv: weight M x C/group x kernel, per output element
+    if node.op == "conv_transpose":                # weight C x M/group x kernel, per input element
+        return 2.0 * _elements(graph, node.inputs[0]) * k, int(w[0] // max(1, node.attrs["group"]) * math.prod(w[2:]))
+    return 2.0 * out * k, k
+
+
+def candidate_features(graph: Graph, candidate: Candidate) -> Features:
+    counts = dict.fromkeys(FEATURE_NAMES, 0.0)
+    inside = {graph.nodes[i].output for i in candidate.nodes}
+    outputs = set(candidate.outputs)
+    weights: set[str] = set()
+    largest = 0
+    for i in candidate.nodes:
+        node = graph.nodes[i]
+        counts[f"class_{node.klass.value}"] += 1
+        if node.op in _COUNTED_OPS:
+            counts[f"op_{node.op}"] += 1
+        if node.op in _TRANSCENDENTAL:
+            counts["transcendental"] += 1
+        out_elements = _elements(graph, node.output)
+        counts["max_output_elements"] = max(counts["max_output_elements"], out_elements)
+        largest = max(largest, _bytes(graph, node.output))
+        weights.update(v for v in node.inputs if v in graph.constants)
+        if node.klass is PrimClass.LINEAR:
+            flops, k = _linear(graph, node)
+            counts["linear_flops"] += flops
+            counts["max_linear_k"] = max(counts["max_linear_k"], k)
+        elif node.klass is PrimClass.ELEMENTWISE:
+            counts["elementwise_flops"] += out_elements
+        elif node.klass is PrimClass.REDUCE and node.op != "expand":
+            n_in = _elements(graph, node.inputs[0])
+            counts["elementwise_flops"] += n_in
+            counts["max_reduction"] = max(counts["max_reduction"], n_in // max(1, out_elements))
+        if node.output not in outputs and node.output in inside:
+            counts["bytes_internal"] += _bytes(graph, node.output)
+    counts["nodes"] = candidate.size
+    counts["flops"] = counts["linear_flops"] + counts["elementwise_flops"]
+    counts["bytes_in"] = sum(_bytes(graph, v) for v in candidate.inputs)
+    counts["bytes_weights"] = sum(_bytes(graph, v) for v in weights)
+    counts["bytes_out"] = sum(_bytes(graph, v) for v in candidate.outputs)
+    counts["largest_tensor_bytes"] = max(largest, *(_bytes(graph, v) for v in candidate.inputs), 0)
+    counts["inputs"] = len(candidate.inputs)
+    counts["outputs"] = len(candidate.outputs)
+    counts["region"] = 1.0 if candidate.onnx_nodes else 0.0
+    counts["onnx_nodes"] = len(candidate.onnx_nodes)
+    return Features(tuple(float(counts[name]) for name in FEATURE_NAMES))
+
+
+def features_by_key(graph: Graph, candidates: Sequence[Candidate]) -> Mapping[str, Features]:
+    """One vector per unique key (identical keys have identical features)."""
+    out: dict[str, Features] = {}
+    for c in candidates:
+        if c.key not in out:
+            out[c.key] = candidate_features(graph, c)
+    return out

@@ -1,0 +1,252 @@
+"""A per-backend cost model: a roofline prior, corrected by gradient-boosted trees learned from profiles.
+
+The prior needs no data: a kernel costs a fixed call overhead, a small cost per primitive it runs
+unfused, and the larger of its arithmetic at the machine's peak and its memory traffic at the
+machine's bandwidth (both measured once by `MachinePeaks.measure`). It ranks a brand-new machine's
+candidates sensibly but knows nothing of how each engine tiles a convolution or fuses a chain.
+
+The correction is learned: LightGBM regression of log(measured / prior) on the candidate's features
+(korch/costmodel/features.py, log-scaled) and the thread count, trained on every timed kernel of that
+backend in the profile database on this machine. Predictions are prior x exp(correction). With fewer
+than `min_rows` timed kernels there is no correction, only the prior.
+
+A trained model is saved per machine and backend next to the profile database and retrained once
+the database holds `retrain_growth` times the kernels it was trained on. A file that cannot be read,
+was written for another machine, backend or feature set, is ignored with a warning and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from korch.costmodel.features import FEATURE_NAMES, FEATURES_VERSION, Features
+from korch.profile.database import ProfileDB, TimedKernel
+
+log = logging.getLogger("korch.costmodel")
+
+# Bump when the saved file's layout changes; a file of another format is rebuilt.
+MODEL_FORMAT = 1
+_IX = {name: k for k, name in enumerate(FEATURE_NAMES)}
+
+
+@dataclass(frozen=True)
+class MachinePeaks:
+    """What the roofline prior divides by: fp32 flop/s and memory bytes/s per thread."""
+
+    flops_per_s_per_thread: float
+    bytes_per_s: float
+
+    @classmethod
+    def measure(cls) -> MachinePeaks:
+        """numpy's float32 matmul (its BLAS on every core, so divided by the core count) and a copy of
+        64 MiB, larger than any last-level cache; the best of a few runs each, ~0.2 s in all."""
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((2, 512, 512), dtype=np.float32)
+        src, dst = np.ones(16 << 20, dtype=np.float32), np.empty(16 << 20, dtype=np.float32)
+        best_mm = best_copy = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            a @ b
+            t1 = time.perf_counter()
+            np.copyto(dst, src)
+            t2 = time.perf_counter()
+            best_mm, best_copy = min(best_mm, t1 - t0), min(best_copy, t2 - t1)
+        return cls(2 * 512**3 / best_mm / (os.cpu_count() or 1), 2 * src.nbytes / best_copy)
+
+
+@dataclass(frozen=True)
+class BackendPrior:
+    """The prior's per-backend constants: a call's fixed cost and the cost of each primitive it runs
+    unfused, and whether intermediate tensors go through memory (an engine that runs primitives one
+    by one) or stay in registers (a fusing code generator)."""
+
+    call_s: float
+    per_node_s: float
+    internal_traffic: bool
+
+
+# Call costs measured on this project's host (BENCHMARKS.md: onnxruntime's Run on a tiny session,
+# standalone Inductor's call, OpenVINO's infer); per-node costs are a kernel launch inside each engine.
+DEFAULT_PRIORS = {
+    "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True),
+    "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=True),
+    "inductor": BackendPrior(call_s=13e-6, per_node_s=0.2e-6, internal_traffic=False),
+}
+_FALLBACK_PRIOR = BackendPrior(call_s=10e-6, per_node_s=1.5e-6, internal_traffic=True)
+
+
+@dataclass(frozen=True)
+class CostModelSettings:
+    # Below this many timed kernels the trees would fit noise: the prior alone predicts.
+    min_rows: int = 40
+    # Retrain once the database holds this many times the kernels the saved model learned from.
+    retrain_growth: float = 1.25
+    # LightGBM: small trees, many rounds, a slow rate; rows are few (hundreds to tens of thousands).
+    rounds: int = 300
+    learning_rate: float = 0.05
+    leaves: int = 31
+    min_leaf_rows: int = 5
+
+
+def prior_seconds(features: Sequence[Features], threads: int, backend: str, peaks: MachinePeaks) -> np.ndarray:
+    """The roofline prior for each feature vector, seconds."""
+    p = DEFAULT_PRIORS.get(backend, _FALLBACK_PRIOR)
+    x = np.array([f.values for f in features], dtype=np.float64).reshape(len(features), len(FEATURE_NAMES))
+    traffic = x[:, _IX["bytes_in"]] + x[:, _IX["bytes_weights"]] + x[:, _IX["bytes_out"]]
+    if p.internal_traffic:
+        traffic = traffic + 2 * x[:, _IX["bytes_internal"]]
+    compute = x[:, _IX["flops"]] / (peaks.flops_per_s_per_thread * max(1, threads))
+    nodes = x[:, _IX["nodes"]] - x[:, _IX["class_layout"]] * 0.5          # a reshape is often free
+    return p.call_s + p.per_node_s * np.maximum(nodes, 1) + np.maximum(compute, traffic / peaks.bytes_per_s)
+
+
+def _design(features: Sequence[tuple[float, ...]], threads: Sequence[int]) -> np.ndarray:
+    x = np.log1p(np.maximum(np.array(features, dtype=np.float64).reshape(len(features), len(FEATURE_NAMES)), 0))
+    return np.column_stack([x, np.asarray(threads, dtype=np.float64)])
+
+
+@dataclass
+class CostModel:
+    """Predicts one backend's kernel times on one machine. `booster`: the learned correction, or None."""
+
+    backend: str
+    machine: str
+    peaks: MachinePeaks
+    trained_rows: int = 0
+    booster: object | None = None
+    trained_at: float = field(default_factory=time.time)
+
+    def predict(self, features: Sequence[Features], threads: int) -> np.ndarray:
+        """Predicted seconds per feature vector."""
+        if not features:
+            return np.zeros(0)
+        prior = prior_seconds(features, threads, self.backend, self.peaks)
+        if self.booster is None:
+            return prior
+        x = _design([f.values for f in features], [threads] * len(features))
+        return prior * np.exp(self.booster.predict(x))            # type: ignore[attr-defined]
+
+
+def train(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: MachinePeaks,
+          settings: CostModelSettings = CostModelSettings()) -> CostModel:
+    """Learn the correction from timed kernels (one per key and thread count: the newest)."""
+    newest: dict[tuple[str, int], TimedKernel] = {}
+    for r in sorted(rows, key=lambda r: r.created_at):
+        newest[(r.candidate_key, r.threads)] = r
+    data = list(newest.values())
+    model = CostModel(backend, machine, peaks, trained_rows=len(data))
+    if len(data) < settings.min_rows:
+        return model
+    import lightgbm
+
+    threads = [r.threads for r in data]
+    prior = np.concatenate([prior_seconds([Features(r.features)], r.threads, backend, peaks) for r in data])
+    target = np.log(np.array([r.median_s for r in data])) - np.log(prior)
+    params = {"objective": "regression", "learning_rate": settings.learning_rate, "num_leaves": settings.leaves,
+              "min_data_in_leaf": settings.min_leaf_rows, "verbose": -1, "seed": 0, "deterministic": True,
+              "force_row_wise": True, "num_threads": 1}
+    dataset = lightgbm.Dataset(_design([r.features for r in data], threads), label=target)
+    model.booster = lightgbm.train(params, dataset, num_boost_round=settings.rounds)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# saved per machine and backend next to the profile database
+
+
+def model_path(cache_dir: Path, backend: str, machine: str) -> Path:
+    digest = hashlib.sha1(machine.encode()).hexdigest()[:12]
+    return cache_dir / "costmodels" / f"{backend}-{digest}.json"
+
+
+def save_model(model: CostModel, path: Path) -> None:
+    """Atomically: a reader sees the old file or the new one, never half of one."""
+    header = {"format": MODEL_FORMAT, "features": FEATURES_VERSION, "feature_names": list(FEATURE_NAMES),
+              "backend": model.backend, "machine": model.machine, "peaks": asdict(model.peaks),
+              "trained_rows": model.trained_rows, "trained_at": model.trained_at,
+              "booster": model.booster.model_to_string() if model.booster is not None else None}  # type: ignore
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(header, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_model(path: Path, backend: str, machine: str) -> CostModel | None:
+    """The saved model, or None (with a warning naming the file and why) if it is unusable."""
+    if not path.exists():
+        return None
+    try:
+        header = json.loads(path.read_text())
+        problem = _foreign(header, backend, machine)
+        if problem is None:
+            booster = None
+            if header["booster"] is not None:
+                import lightgbm
+
+                booster = lightgbm.Booster(model_str=header["booster"])
+                if booster.num_feature() != len(FEATURE_NAMES) + 1:
+                    raise ValueError(f"it takes {booster.num_feature()} features")
+            peaks = MachinePeaks(**{k: float(v) for k, v in header["peaks"].items()})
+            return CostModel(backend, machine, peaks, int(header["trained_rows"]), booster,
+                             float(header["trained_at"]))
+    except Exception as e:               # any damage: say so and rebuild, never trust it
+        problem = f"unreadable ({type(e).__name__}: {str(e)[:120]})"
+    log.warning("cost model %s: %s; ignoring it and training a new one", path, problem)
+    return None
+
+
+def _foreign(header: object, backend: str, machine: str) -> str | None:
+    if not isinstance(header, dict):
+        return "not a korch cost model"
+    expected = {"format": MODEL_FORMAT, "features": FEATURES_VERSION, "feature_names": list(FEATURE_NAMES),
+                "backend": backend, "machine": machine}
+    for name, value in expected.items():
+        if header.get(name) != value:
+            return f"made for another {name.replace('_', ' ')}"
+    return None
+
+
+def _stale(saved: CostModel, have: int, settings: CostModelSettings) -> bool:
+    """Whether the database has grown enough since `saved` was trained to train again."""
+    if have < settings.min_rows:
+        return False
+    if saved.booster is None:
+        return True
+    return have >= math.ceil(saved.trained_rows * settings.retrain_growth)
+
+
+def load_or_train(db: ProfileDB, backend: str, machine: str, peaks: MachinePeaks | None = None,
+                  settings: CostModelSettings = CostModelSettings()) -> CostModel:
+    """The saved model for (backend, machine), retrained if the database has grown enough since."""
+    path = model_path(db.path.parent, backend, machine)
+    saved = read_model(path, backend, machine)
+    rows = db.timed_with_features(backend, machine, FEATURES_VERSION)
+    have = len({(r.candidate_key, r.threads) for r in rows})
+    if saved is not None and not _stale(saved, have, settings):
+        return saved
+    peaks = peaks or (saved.peaks if saved is not None else MachinePeaks.measure())
+    t0 = time.perf_counter()
+    model = train(rows, backend, machine, peaks, settings)
+    log.info("cost model %s: trained on %d timed kernels in %.1f s", backend, model.trained_rows,
+             time.perf_counter() - t0)
+    try:
+        save_model(model, path)
+    except OSError as e:
+        log.warning("cannot save the cost model to %s (%s); it is rebuilt next time", path, e)
+    return model

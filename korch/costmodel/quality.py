@@ -1,0 +1,81 @@
+"""How good a cost model is: pairwise comparison accuracy, and leave-one-model-out evaluation.
+
+Pairwise comparison accuracy (PCA, as in the TenSet line of work) is the fraction of candidate pairs
+with different measured times that the model orders the same way; a tie in prediction counts half.
+It is what selection needs of a model: which of two kernels is faster, not their exact times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from korch.costmodel.features import Features
+from korch.costmodel.model import CostModel, CostModelSettings, MachinePeaks, prior_seconds, train
+from korch.profile.database import TimedKernel
+
+# Above this many kernels, PCA is estimated on this many random pairs (the exact count is quadratic).
+EXACT_PAIRS_MAX_ROWS = 3000
+SAMPLED_PAIRS = 2_000_000
+
+
+def pairwise_accuracy(predicted: Sequence[float], measured: Sequence[float], seed: int = 0,
+                      exact_max_rows: int = EXACT_PAIRS_MAX_ROWS, sampled_pairs: int = SAMPLED_PAIRS) -> float:
+    """PCA of `predicted` against `measured`; nan when no pair's measured times differ."""
+    p, m = np.asarray(predicted, dtype=np.float64), np.asarray(measured, dtype=np.float64)
+    if p.shape != m.shape:
+        raise ValueError(f"{p.shape[0]} predictions for {m.shape[0]} measurements")
+    n = len(m)
+    if n <= exact_max_rows:
+        i, j = np.triu_indices(n, k=1)
+    else:
+        rng = np.random.default_rng(seed)
+        i, j = rng.integers(0, n, sampled_pairs), rng.integers(0, n, sampled_pairs)
+    dm, dp = np.sign(m[i] - m[j]), np.sign(p[i] - p[j])
+    counted = dm != 0
+    if not counted.any():
+        return float("nan")
+    score = np.where(dp == 0, 0.5, (dp == dm).astype(np.float64))
+    return float(score[counted].mean())
+
+
+def _per_row(rows: Sequence[TimedKernel], predict) -> np.ndarray:
+    """predict(features, threads) over rows, one call per thread count."""
+    out = np.zeros(len(rows))
+    for threads in {r.threads for r in rows}:
+        idx = [k for k, r in enumerate(rows) if r.threads == threads]
+        out[idx] = predict([Features(rows[k].features) for k in idx], threads)
+    return out
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One model held out: its kernels predicted by a model trained on every other model's."""
+
+    model: str
+    backend: str
+    test_rows: int
+    train_rows: int
+    pca_prior: float
+    pca_learned: float
+
+
+def leave_one_model_out(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: MachinePeaks,
+                        settings: CostModelSettings = CostModelSettings()) -> list[HeldOut]:
+    """For each model: train on the kernels never seen in it, predict the kernels seen in it."""
+    models = sorted({m for r in rows for m in r.models})
+    out = []
+    for held in models:
+        test = [r for r in rows if held in r.models]
+        rest = [r for r in rows if held not in r.models]
+        if len(test) < 2:
+            continue
+        learned: CostModel = train(rest, backend, machine, peaks, settings)
+        measured = [r.median_s for r in test]
+        prior = _per_row(test, lambda fs, t: prior_seconds(fs, t, backend, peaks))
+        predicted = _per_row(test, learned.predict)
+        out.append(HeldOut(held, backend, len(test), learned.trained_rows, pairwise_accuracy(prior, measured),
+                           pairwise_accuracy(predicted, measured)))
+    return out

@@ -1,0 +1,60 @@
+"""Candidate features: counted by hand on small graphs; a function of the structural key."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from korch.candidates import Candidate, enumerate_candidates
+from korch.candidates.candidate import boundary
+from korch.candidates.enumerate import CandidateLimits
+from korch.candidates.key import structural_key
+from korch.costmodel import FEATURE_NAMES, candidate_features, features_by_key
+from korch.ir.check import check_graph
+from korch.ir.graph import Graph, GraphBuilder
+from korch.ir.types import DType, TensorType
+from tests.backends.graphs import conv_bias_relu, mlp_gelu
+
+
+def candidate(graph: Graph, nodes: tuple[int, ...]) -> Candidate:
+    inputs, outputs = boundary(graph, nodes)
+    return Candidate(nodes, inputs, outputs, structural_key(graph, [graph.nodes[i] for i in nodes], inputs, outputs))
+
+
+def test_conv_bias_relu_counted_by_hand() -> None:
+    graph = conv_bias_relu(np.random.default_rng(0))           # x 1x3x16x16, w 8x3x3x3, pads 1 -> 1x8x16x16
+    f = candidate_features(graph, candidate(graph, (0, 1, 2)))
+    out = 8 * 16 * 16
+    assert f["nodes"] == 3 and f["class_linear"] == 1 and f["class_elementwise"] == 2 and f["op_conv"] == 1
+    assert f["linear_flops"] == 2 * out * 3 * 3 * 3 and f["max_linear_k"] == 27
+    assert f["elementwise_flops"] == 2 * out and f["flops"] == f["linear_flops"] + 2 * out
+    assert f["bytes_in"] == 3 * 16 * 16 * 4 and f["bytes_out"] == out * 4
+    assert f["bytes_weights"] == (8 * 27 + 8) * 4                # weight and bias
+    assert f["bytes_internal"] == 2 * out * 4                    # conv and add outputs stay inside
+    assert f["inputs"] == 1 and f["outputs"] == 1 and f["region"] == 0
+    alone = candidate_features(graph, candidate(graph, (0,)))
+    assert alone["bytes_internal"] == 0 and alone["bytes_out"] == out * 4 and alone["nodes"] == 1
+
+
+def test_matmul_and_reduction_sizes() -> None:
+    b = GraphBuilder("mm_reduce")
+    x = b.add_input("x", TensorType((4, 6, 32), DType.FLOAT32))
+    y = b.add_input("y", TensorType((4, 32, 10), DType.FLOAT32))
+    mm = b.emit("matmul", [x, y])                                # 4x6x10, k = 32
+    s = b.emit("reduce_sum", [mm], {"axes": (2,), "keepdims": False})
+    graph = check_graph(b.build([("s", s)]))
+    f = candidate_features(graph, candidate(graph, (0, 1)))
+    assert f["linear_flops"] == 2 * 4 * 6 * 10 * 32 and f["max_linear_k"] == 32
+    assert f["max_reduction"] == 10 and f["op_reduce_sum"] == 1 and f["op_matmul"] == 1
+    assert f["bytes_in"] == (4 * 6 * 32 + 4 * 32 * 10) * 4 and f["bytes_weights"] == 0
+
+
+def test_features_follow_the_key_and_name_every_entry() -> None:
+    graph = mlp_gelu(np.random.default_rng(1))
+    cands = enumerate_candidates(graph, CandidateLimits())
+    by_key = features_by_key(graph, cands)
+    assert set(by_key) == {c.key for c in cands}
+    for c in cands:
+        assert candidate_features(graph, c) == by_key[c.key]
+        assert len(by_key[c.key].values) == len(FEATURE_NAMES)
+    erf = next(c for c in cands if c.size == 1 and graph.nodes[c.nodes[0]].op == "erf")
+    assert by_key[erf.key]["transcendental"] == 1

@@ -1,0 +1,123 @@
+"""Cost models: the roofline prior, the learned correction, and the saved file (reused, retrained,
+rebuilt when damaged or foreign). Times here are synthetic, made by a known rule, never measured."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from korch.costmodel import FEATURE_NAMES, FEATURES_VERSION, CostModelSettings, Features, MachinePeaks, train
+from korch.costmodel.model import load_or_train, model_path, prior_seconds, read_model, save_model
+from korch.costmodel.quality import pairwise_accuracy
+from korch.profile.database import ProfileDB, Record, TimedKernel
+from korch.profile.timing import Timing
+
+PEAKS = MachinePeaks(flops_per_s_per_thread=50e9, bytes_per_s=10e9)
+MACHINE = "test cpu | 2 cpus | Linux x86_64"
+IX = {name: k for k, name in enumerate(FEATURE_NAMES)}
+SMALL = CostModelSettings(min_rows=20, rounds=100)
+
+
+def vector(rng: np.random.Generator) -> tuple[float, ...]:
+    v = np.zeros(len(FEATURE_NAMES))
+    v[IX["nodes"]] = rng.integers(1, 8)
+    v[IX["op_transpose"]] = rng.integers(0, 3)
+    v[IX["flops"]] = 10 ** rng.uniform(3, 8)
+    v[IX["bytes_in"]] = 10 ** rng.uniform(3, 7)
+    v[IX["bytes_out"]] = 10 ** rng.uniform(3, 7)
+    return tuple(float(x) for x in v)
+
+
+def synthetic(n: int, seed: int, model: str = "m") -> list[TimedKernel]:
+    """Times the prior cannot know: each transpose costs 4x the kernel's roofline time, plus 5% noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in range(n):
+        f = vector(rng)
+        roof = float(prior_seconds([Features(f)], 2, "onnxruntime", PEAKS)[0])
+        t = roof * (1 + 4 * f[IX["op_transpose"]]) * rng.lognormal(0, 0.05)
+        rows.append(TimedKernel(f"{model}-{seed}-{k}", "v", 2, t, float(k), f, frozenset({model})))
+    return rows
+
+
+def test_prior_ranks_by_work_and_charges_every_call() -> None:
+    small, large = np.zeros(len(FEATURE_NAMES)), np.zeros(len(FEATURE_NAMES))
+    small[IX["nodes"]] = large[IX["nodes"]] = 1
+    small[IX["flops"]], large[IX["flops"]] = 1e6, 1e9
+    t = prior_seconds([Features(tuple(small)), Features(tuple(large))], 1, "onnxruntime", PEAKS)
+    assert 0 < t[0] < t[1]
+    assert t[1] == pytest.approx(1e9 / 50e9, rel=0.01)
+    assert prior_seconds([Features(tuple(large))], 2, "onnxruntime", PEAKS)[0] < t[1]   # more threads, less time
+
+
+def test_learned_correction_ranks_what_the_prior_cannot() -> None:
+    model = train(synthetic(400, seed=1), "onnxruntime", MACHINE, PEAKS, SMALL)
+    test = synthetic(200, seed=2)
+    measured = [r.median_s for r in test]
+    feats = [Features(r.features) for r in test]
+    prior = pairwise_accuracy(prior_seconds(feats, 2, "onnxruntime", PEAKS), measured)
+    learned = pairwise_accuracy(model.predict(feats, 2), measured)
+    assert model.booster is not None and model.trained_rows == 400
+    assert learned >= 0.93 and learned > prior + 0.03, (prior, learned)
+
+
+def test_too_few_rows_give_the_prior_alone() -> None:
+    rows = synthetic(10, seed=3)
+    model = train(rows, "onnxruntime", MACHINE, PEAKS, SMALL)
+    feats = [Features(r.features) for r in rows]
+    assert model.booster is None
+    np.testing.assert_array_equal(model.predict(feats, 2), prior_seconds(feats, 2, "onnxruntime", PEAKS))
+
+
+def test_saved_model_predicts_the_same_and_foreign_or_damaged_files_are_ignored(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = train(synthetic(100, seed=4), "inductor", MACHINE, PEAKS, SMALL)
+    path = tmp_path / "m.json"
+    save_model(model, path)
+    feats = [Features(r.features) for r in synthetic(30, seed=5)]
+    again = read_model(path, "inductor", MACHINE)
+    np.testing.assert_array_equal(again.predict(feats, 2), model.predict(feats, 2))
+    assert again.trained_rows == 100 and again.peaks == PEAKS
+    with caplog.at_level(logging.WARNING, "korch.costmodel"):
+        assert read_model(path, "onnxruntime", MACHINE) is None
+        assert read_model(path, "inductor", "another machine") is None
+        header = json.loads(path.read_text())
+        path.write_text(json.dumps({**header, "features": FEATURES_VERSION + 1}))
+        assert read_model(path, "inductor", MACHINE) is None
+        path.write_text(json.dumps({**header, "booster": "tree\nnot a model"}))
+        assert read_model(path, "inductor", MACHINE) is None
+        path.write_text(path.read_text()[:50])
+        assert read_model(path, "inductor", MACHINE) is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 5 and all(str(path) in m and "ignoring it" in m for m in messages)
+    assert "another backend" in messages[0] and "another machine" in messages[1] and "another features" in messages[2]
+
+
+def store(db: ProfileDB, rows: list[TimedKernel]) -> None:
+    db.put_many([Record.ok(r.candidate_key, "onnxruntime", "v", r.threads, MACHINE,
+                           Timing(r.median_s, r.median_s, r.median_s, 10)) for r in rows])
+    db.put_features("m", FEATURES_VERSION, {r.candidate_key: r.features for r in rows})
+
+
+def test_load_or_train_reuses_until_the_database_grows_and_rebuilds_a_damaged_file(tmp_path: Path) -> None:
+    settings = CostModelSettings(min_rows=20, rounds=20, retrain_growth=1.5)
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        store(db, synthetic(10, seed=6))
+        first = load_or_train(db, "onnxruntime", MACHINE, PEAKS, settings)
+        assert first.booster is None and first.trained_rows == 10     # the prior alone, saved
+        path = model_path(tmp_path, "onnxruntime", MACHINE)
+        assert path.exists()
+        store(db, synthetic(30, seed=7))
+        second = load_or_train(db, "onnxruntime", MACHINE, PEAKS, settings)
+        assert second.booster is not None and second.trained_rows == 40
+        store(db, synthetic(10, seed=8))                              # 50 < 1.5 x 40: reused
+        assert load_or_train(db, "onnxruntime", MACHINE, PEAKS, settings).trained_at == second.trained_at
+        store(db, synthetic(20, seed=9))                              # 70 >= 60: retrained
+        assert load_or_train(db, "onnxruntime", MACHINE, PEAKS, settings).trained_rows == 70
+        path.write_bytes(b"\x00garbage")
+        rebuilt = load_or_train(db, "onnxruntime", MACHINE, PEAKS, settings)
+        assert rebuilt.trained_rows == 70 and read_model(path, "onnxruntime", MACHINE) is not None

@@ -1,0 +1,36 @@
+"""Pairwise comparison accuracy, and leave-one-model-out keeping each model's kernels out of training."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from korch.costmodel.quality import leave_one_model_out, pairwise_accuracy
+from tests.costmodel.test_model import MACHINE, PEAKS, SMALL, synthetic
+
+
+def test_pairwise_accuracy_counts_ordered_pairs() -> None:
+    rng = np.random.default_rng(0)
+    measured = rng.uniform(1, 2, 50)
+    assert pairwise_accuracy(measured * 3, measured) == 1.0
+    assert pairwise_accuracy(-measured, measured) == 0.0
+    assert pairwise_accuracy(np.ones(50), measured) == 0.5              # a tie in prediction counts half
+    assert math.isnan(pairwise_accuracy(measured, np.ones(50)))          # no pair to order
+    assert pairwise_accuracy([1, 2, 3, 4], [1, 2, 4, 3]) == 5 / 6
+    noisy = measured + rng.normal(0, 0.2, 50)
+    exact = pairwise_accuracy(noisy, measured)
+    assert 0.6 < exact < 0.95
+    assert abs(pairwise_accuracy(noisy, measured, exact_max_rows=10, sampled_pairs=200_000) - exact) < 0.01
+
+
+def test_leave_one_model_out_tests_only_kernels_the_training_never_saw() -> None:
+    rows = synthetic(150, 1, "a") + synthetic(150, 2, "b") + synthetic(60, 3, "c")
+    shared = rows[0]._replace(models=frozenset({"a", "c"}))              # seen in a and c
+    rows = [shared] + rows[1:]
+    held = {h.model: h for h in leave_one_model_out(rows, "onnxruntime", MACHINE, PEAKS, SMALL)}
+    assert set(held) == {"a", "b", "c"}
+    assert held["a"].test_rows == 150 and held["a"].train_rows == 210
+    assert held["c"].test_rows == 61 and held["c"].train_rows == 299      # the shared kernel is tested with c, not learned
+    for h in held.values():
+        assert h.pca_learned > h.pca_prior and h.pca_learned >= 0.9, h
