@@ -144,7 +144,10 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
         ("candidates", f"{stats.candidates} enumerated, {stats.unique_candidates} unique keys"),
         ("profiled", f"{stats.profiled_new} new, {stats.profiled_cached} from cache; kernels accepted within "
                      f"{stats.kernel_tolerance:.1e} of the reference"
-                     + (f" (onnxruntime's own error {stats.fp32_error:.1e})" if stats.fp32_error else "")),
+                     + (f" (onnxruntime's own error {stats.fp32_error:.1e})" if stats.fp32_error else "")
+                     + (f"; guided by cost models on {', '.join(stats.guide.backends)}: {stats.guide.rounds} "
+                        f"solve(s), {stats.guide.skipped} kernels never compiled"
+                        + ("" if stats.guide.stable else " (round limit reached)") if stats.guide.backends else "")),
         ("kernels", f"{sel.kernels}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items())) + split),
         ("time", f"measured {sel.measured_ms:.3f} ms per run; predicted {sel.predicted_ms:.3f} ms (profiled "
                  f"kernels + {sel.boundary_ms:.3f} ms of boundary costs calibrated on this machine); "

@@ -13,6 +13,7 @@ import onnx
 
 from korch.backends import get_backend
 from korch.candidates import Candidate, enumerate_candidates, opaque_regions, region_candidates
+from korch.costmodel.features import FEATURES_VERSION, features_by_key
 from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
@@ -22,7 +23,8 @@ from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
 from korch.profile.boundaries import boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
-from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile
+from korch.profile.guided import GuideStats, candidate_option, guided_profile
+from korch.profile.profiler import ProfileOutcome, Progress, accepted
 from korch.profile.prune import worth_profiling
 from korch.runtime import Session
 from korch.select import Option
@@ -94,6 +96,7 @@ class OptimizeStats:
     unique_candidates: int
     profiled_new: int
     profiled_cached: int
+    guide: GuideStats                 # guided profiling: which backends, solves, pairs never compiled
     kernel_tolerance: float           # kernels were accepted within this error of the reference
     fp32_error: float | None          # onnxruntime's own error on the model, which set that tolerance
     selection: SelectionStats
@@ -114,6 +117,9 @@ class OptimizeStats:
     def summary(self) -> dict[str, object]:
         flat = asdict(self)
         selection = flat.pop("selection")
+        guide = flat.pop("guide")
+        flat.update({"guided_backends": list(guide["backends"]), "guide_rounds": guide["rounds"],
+                     "guide_skipped": guide["skipped"], "guide_stable": guide["stable"]})
         selection["selection_rounds"] = selection.pop("rounds")
         selection["selection_remembered"] = selection.pop("remembered")
         return {**flat, **selection}
@@ -164,6 +170,19 @@ def profile_pools(graph: Graph, cands: CandidateSet, settings: OptimizeSettings)
     return pools
 
 
+def model_label(source: str | os.PathLike | onnx.ModelProto) -> str:
+    """What the profile database calls a model whose kernels it saw: a zoo name, a file's stem, a graph's name."""
+    if isinstance(source, onnx.ModelProto):
+        return source.graph.name or "model"
+    return Path(source).stem if Path(source).exists() else str(source)
+
+
+def remember_features(db: ProfileDB, label: str, graph: Graph, pools: Mapping[str, Sequence[Candidate]]) -> None:
+    """Each profiled candidate's features and the model it was seen in, for the cost models."""
+    unique = features_by_key(graph, [c for candidates in pools.values() for c in candidates])
+    db.put_features(label, FEATURES_VERSION, {k: f.values for k, f in unique.items()})
+
+
 def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
                   settings: OptimizeSettings) -> tuple[list[Option], dict[str, Step]]:
     """One BLP option per (candidate, backend) whose kernel was accepted, and the plan step it becomes."""
@@ -175,8 +194,7 @@ def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
             if r is None or not accepted(r, profiled.tolerance):
                 continue
             assert r.median_s is not None
-            opt = Option(f"{name}@{c.nodes[0]}-{c.nodes[-1]}:{len(options)}", frozenset(c.inputs),
-                         frozenset(c.outputs), r.median_s, frozenset(c.nodes), name)
+            opt = candidate_option(c, name, r.median_s, len(options))
             options.append(opt)
             onnx_nodes = c.onnx_nodes if get_backend(name).accepts_onnx else ()
             steps[opt.key] = Step(name, c.nodes, c.inputs, c.outputs, c.key, r.median_s, onnx_nodes)
@@ -208,16 +226,18 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     graph = fissioned.graph
     onnx_source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
     cands = enumerate_all(graph, settings)
-    t0 = time.perf_counter()
-    profiled = profile(graph, profile_pools(graph, cands, settings), db, settings.threads, machine, settings.profile,
-                       settings.accuracy, settings.seed, progress, onnx_source)
-    profile_seconds = time.perf_counter() - t0
-    options, steps = build_options(graph, cands, profiled, settings)
-    require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
+    pools = profile_pools(graph, cands, settings)
+    remember_features(db, model_label(source), graph, pools)
     t0 = time.perf_counter()
     boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
                                 settings.profile.cold_cache)
     calibrate_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    profiled, guide = guided_profile(graph, pools, db, settings, machine, onnx_source,
+                                     lambda p, c, v: boundaries.cost(p, c, graph.types[v]), progress)
+    profile_seconds = time.perf_counter() - t0
+    options, steps = build_options(graph, cands, profiled, settings)
+    require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
     checker = plan_checker(graph, fissioned.model, settings)
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker)
@@ -227,7 +247,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     stats = OptimizeStats(
         primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque), candidates=len(cands.all), regions=len(cands.regions),
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,
-        profiled_cached=profiled.stored, kernel_tolerance=profiled.tolerance, fp32_error=profiled.fp32_error,
+        profiled_cached=profiled.stored, guide=guide, kernel_tolerance=profiled.tolerance, fp32_error=profiled.fp32_error,
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,
         check_worst=check.worst(),
         check_inputs=settings.accuracy.check_inputs, load_seconds=fissioned.load_seconds,

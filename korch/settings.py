@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from korch.candidates import CandidateLimits, RegionLimits
+from korch.costmodel.model import CostModelSettings
 from korch.profile.boundaries import CalibrationSettings
 
 
@@ -29,6 +30,15 @@ class ProfileSettings:
     inductor_budget: int = 40
     # Regions compiled by Inductor take seconds to a minute each: the largest few, the whole graph first.
     inductor_region_budget: int = 4
+    # Guided profiling (korch/profile/guided.py): a backend whose cost model has learned from this
+    # machine's profiles is profiled only where the BLP, given each unmeasured kernel its predicted
+    # time x `guide_optimism`, would choose it; the budgets above then do not apply to it.
+    guided: bool = True
+    # How far below its prediction a kernel may measure and still be found. 0.5: the learned models'
+    # held-out errors put ~90% of kernels above half their prediction (benchmarks/costmodel_quality.py).
+    guide_optimism: float = 0.5
+    # Solves at most; each measures the unmeasured kernels it chose.
+    guide_rounds: int = 40
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,7 @@ class OptimizeSettings:
     selection: SelectionSettings = field(default_factory=SelectionSettings)
     accuracy: AccuracyPolicy = field(default_factory=AccuracyPolicy)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    cost_model: CostModelSettings = field(default_factory=CostModelSettings)
 
 
 # Timings good enough to exercise the mechanics, for tests and quick looks (never for a plan you ship).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import sqlite3
 import weakref
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import korch.runtime as runtime
 from korch import __version__, zoo
 from korch.candidates import RegionLimits, region_candidates
 from korch.cli import main
+from korch.costmodel import FEATURES_VERSION, CostModelSettings, Features, MachinePeaks, pairwise_accuracy, train
+from korch.costmodel.model import prior_seconds
 from korch.errors import ExitCode
 from korch.frontend.regions import OnnxSource
 from korch.ir.serialize import LazyConstants
@@ -62,6 +65,27 @@ def test_second_optimize_profiles_nothing(db: ProfileDB) -> None:
     _, _, second = optimize(model, db, ORT_ONLY)
     assert first.profiled_new > 0
     assert second.profiled_new == 0 and second.profiled_cached == first.profiled_new + first.profiled_cached
+
+
+def test_optimize_leaves_what_the_cost_models_learn_from(tmp_path: Path) -> None:
+    """Every profiled kernel's features are stored with the model it was seen in, and a cost model
+    trained on them ranks this model's kernels better than its roofline prior alone."""
+    model = zoo.to_model_proto("vit-mini")
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:      # empty: nothing to guide by, every kernel profiled
+        _, _, stats = optimize(model, db, ORT_ONLY)
+        rows = [r for r in db.timed_with_features("onnxruntime", machine_fingerprint(), FEATURES_VERSION)
+                if "vit-mini" in r.models]
+    with sqlite3.connect(tmp_path / "profiles.sqlite") as conn:
+        seen = conn.execute("SELECT COUNT(*) FROM sightings WHERE model = 'vit-mini'").fetchone()[0]
+    assert stats.guide.backends == () and seen == stats.unique_candidates and 0 < len(rows) <= stats.profiled_new
+    assert len(rows) >= 100
+    peaks = MachinePeaks.measure()
+    learned = train(rows, "onnxruntime", machine_fingerprint(), peaks, CostModelSettings(min_rows=50))
+    measured = [r.median_s for r in rows]
+    features = [Features(r.features) for r in rows]
+    prior_pca = pairwise_accuracy(prior_seconds(features, 1, "onnxruntime", peaks), measured)
+    learned_pca = pairwise_accuracy(learned.predict(features, 1), measured)
+    assert prior_pca > 0.55 and learned_pca > max(prior_pca, 0.8), (prior_pca, learned_pca)
 
 
 def test_second_optimize_reuses_the_measured_selection(db: ProfileDB) -> None:

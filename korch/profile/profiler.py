@@ -108,12 +108,13 @@ def _model_fp32_error(graph: Graph, source: OnnxSource | None, feeds: Mapping[st
 
 def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileDB, threads: int, machine: str,
             settings: ProfileSettings = ProfileSettings(), accuracy: AccuracyPolicy = AccuracyPolicy(),
-            seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None) -> ProfileOutcome:
+            seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None,
+            fp32_error: float | None = None) -> ProfileOutcome:
     """Ensure a record for every (candidate key, backend) pair of `pools` (backend -> candidates).
 
     Stored records are reused. A kernel is accepted when it is within the accuracy policy's tolerance
-    of the reference, given onnxruntime's own fp32 error on this model (computed only when some
-    kernel's acceptance depends on it).
+    of the reference, given onnxruntime's own fp32 error on this model (`fp32_error` when the caller
+    knows it, else computed only when some kernel's acceptance depends on it).
     """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
@@ -133,8 +134,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                 jobs.append(Job(cand, name))
     feeds = random_feeds(graph, seed)
     doubtful = [r for r in records.values() if (r.error is not None and r.error > accuracy.rtol) or _retry(r, 0.0)]
-    fp32_error = None
-    if jobs or doubtful:
+    if fp32_error is None and (jobs or doubtful):
         fp32_error = _model_fp32_error(graph, source, feeds, records, whole_model_key)
     tolerance = accuracy.tolerance(fp32_error or 0.0)
     retried = [(key, name) for (key, name), r in records.items() if _retry(r, tolerance)]

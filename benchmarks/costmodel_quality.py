@@ -1,0 +1,92 @@
+"""How well korch's cost models rank kernels they have not seen: leave-one-model-out over the zoo.
+
+    python benchmarks/costmodel_quality.py collect --cache DIR [--threads 2] [MODEL ...]
+    python benchmarks/costmodel_quality.py evaluate --cache DIR [--json OUT]
+
+`collect` profiles each model's candidates exactly as `korch optimize` does (same pools, same
+settings; profiles and features go into DIR/profiles.sqlite), without selecting a plan. `evaluate`
+holds out one model at a time: each backend's cost model is trained on the kernels never seen in
+that model and ranks the kernels seen in it. It prints, per backend and held-out model, the
+pairwise comparison accuracy (PCA) of the roofline prior alone and of prior + learned correction.
+Kernels shared by two models count as the held-out model's, so nothing it is tested on was learned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from korch.costmodel import FEATURES_VERSION, MachinePeaks  # noqa: E402
+from korch.costmodel.quality import leave_one_model_out  # noqa: E402
+from korch.frontend.regions import OnnxSource  # noqa: E402
+from korch.pipeline import enumerate_all, model_label, profile_pools, remember_features, run_fission  # noqa: E402
+from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
+from korch.profile.profiler import profile  # noqa: E402
+from korch.settings import OptimizeSettings, ProfileSettings  # noqa: E402
+
+DEFAULT_MODELS = ["yolox-nano", "efficientvit-b1", "candy", "segformer-b0", "vit-b16", "gpt2-small", "yolov4",
+                  "bert-base"]
+BACKENDS = ("onnxruntime", "inductor", "openvino")
+
+
+def collect(args: argparse.Namespace) -> None:
+    settings = OptimizeSettings(threads=args.threads, backends=BACKENDS,
+                                profile=replace(ProfileSettings(), inductor_budget=args.inductor_budget))
+    machine = machine_fingerprint()
+    with ProfileDB(Path(args.cache) / DB_FILENAME) as db:
+        for name in args.models:
+            t0 = time.perf_counter()
+            fissioned = run_fission(name, cache_dir=args.cache)
+            source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+            cands = enumerate_all(fissioned.graph, settings)
+            pools = profile_pools(fissioned.graph, cands, settings)
+            remember_features(db, model_label(name), fissioned.graph, pools)
+            outcome = profile(fissioned.graph, pools, db, settings.threads, machine, settings.profile,
+                              settings.accuracy, settings.seed, None, source)
+            print(f"{name}: {outcome.measured} measured, {outcome.stored} stored, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    machine = machine_fingerprint()
+    peaks = MachinePeaks.measure()
+    print(f"peaks: {peaks.flops_per_s_per_thread / 1e9:.1f} GFLOP/s per thread, {peaks.bytes_per_s / 1e9:.1f} GB/s")
+    results = []
+    with ProfileDB(Path(args.cache) / DB_FILENAME) as db:
+        print("| backend | held-out model | kernels tested | trained on | PCA prior | PCA learned |")
+        print("|---|---|---:|---:|---:|---:|")
+        for backend in BACKENDS:
+            rows = db.timed_with_features(backend, machine, FEATURES_VERSION)
+            for r in leave_one_model_out(rows, backend, machine, peaks):
+                results.append(asdict(r))
+                print(f"| {backend} | {r.model} | {r.test_rows} | {r.train_rows} | {r.pca_prior:.3f} | "
+                      f"{r.pca_learned:.3f} |", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--cache", required=True)
+    c.add_argument("--threads", type=int, default=2)
+    c.add_argument("--inductor-budget", type=int, default=ProfileSettings().inductor_budget)
+    c.add_argument("models", nargs="*", default=DEFAULT_MODELS)
+    e = sub.add_parser("evaluate")
+    e.add_argument("--cache", required=True)
+    e.add_argument("--json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    collect(args) if args.command == "collect" else evaluate(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Profiling guided by the cost models: measure only the kernels that could enter the best split plan.
+
+Profiling every candidate on every backend is what makes a cold optimize take minutes, and what
+forced a fixed budget on Inductor. A backend whose cost model has learned from this machine's
+profiles (korch/costmodel) is profiled instead by solving:
+
+1. The whole-model kernels, and every pair the database already holds, are read or measured first.
+2. Every other legal (candidate, backend) pair gets an optimistic cost: its predicted time times
+   `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below.
+3. The BLP (with boundary costs, without the whole-model kernels, as measured selection solves for
+   the best split plan) is solved over measured and optimistic costs. The pairs it chooses that are
+   not measured yet are measured, and it is solved again.
+4. When a solve chooses only measured kernels, no unmeasured kernel could lower the plan even at its
+   optimistic cost: the measured optimum is stable, and the rest is never compiled. The problem is
+   remembered as finished, so a warm optimize reads the same records and solves nothing (a cost
+   model retrained in between would otherwise ask for other kernels and make warm runs differ).
+
+Backends without a learned model (a new machine, or too few profiles) are profiled as before: every
+candidate of their pool. Legality (can the backend compile it at all) is asked before predicting,
+so nothing illegal reaches the solver as an optimistic option.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from korch.backends import get_backend
+from korch.candidates import Candidate, extract_subgraph
+from korch.costmodel import features_by_key, load_or_train
+from korch.frontend.regions import OnnxSource
+from korch.ir.graph import Graph
+from korch.profile.database import ProfileDB, Record
+from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile, record_version
+from korch.select.blp import Option, solve
+from korch.settings import OptimizeSettings
+
+log = logging.getLogger("korch.profile")
+
+BoundaryFn = Callable[[str, str, str], float]
+
+
+@dataclass(frozen=True)
+class GuideStats:
+    """What guided profiling did: which backends it guided, how many solves, and how many legal
+    (candidate, backend) pairs it never measured because no solve wanted them."""
+
+    backends: tuple[str, ...] = ()
+    rounds: int = 0
+    skipped: int = 0
+    stable: bool = True           # the last solve chose only measured kernels (else: the round limit)
+
+
+def candidate_option(cand: Candidate, backend: str, cost: float, index: int) -> Option:
+    """A (candidate, backend) pair as a BLP option; `index` keeps keys unique within one problem."""
+    return Option(f"{backend}@{cand.nodes[0]}-{cand.nodes[-1]}:{index}", frozenset(cand.inputs),
+                  frozenset(cand.outputs), cost, frozenset(cand.nodes), backend)
+
+
+def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
+                   machine: str, source: OnnxSource | None, boundary: BoundaryFn,
+                   progress: Progress | None = None) -> tuple[ProfileOutcome, GuideStats]:
+    ps = settings.profile
+    models = {}
+    if ps.guided:
+        for name in pools:
+            model = load_or_train(db, name, machine, settings=settings.cost_model)
+            if model.booster is not None:
+                models[name] = model
+    if not models:
+        return _profile(graph, pools, db, settings, machine, source, progress), GuideStats()
+    problem = _problem_key(pools, models, settings, machine)
+    done = db.guided_done(problem)
+    whole = len(graph.nodes)
+    first_pools: dict[str, list[Candidate]] = {}
+    pending: dict[tuple[str, str], Candidate] = {}
+    for name, candidates in pools.items():
+        if name not in models:
+            first_pools[name] = list(candidates)
+            continue
+        stored = db.get_many([c.key for c in candidates], name, record_version(get_backend(name), ps),
+                             settings.threads, machine)
+        first_pools[name] = [c for c in candidates if c.size == whole or c.key in stored]
+        for c in candidates:
+            if c.size != whole and c.key not in stored:
+                pending.setdefault((c.key, name), c)
+    outcome = _profile(graph, first_pools, db, settings, machine, source, progress)
+    if done:                      # a warm run: what the finished guided profiling measured, nothing more
+        log.info("guided profiling of this model finished before: reading its %d records", len(outcome.records))
+        return outcome, GuideStats(tuple(sorted(models)), 0, len(pending), True)
+    records = dict(outcome.records)
+    pending = {pair: c for pair, c in pending.items() if pair not in records and _legal(graph, c, pair[1])}
+    optimistic = _optimistic_costs(graph, pending, models, settings)
+    legal = len(pending)
+    rounds, measured, seconds = 0, outcome.measured, dict(outcome.seconds)
+    stable = False
+    while rounds < ps.guide_rounds:
+        rounds += 1
+        options, pairs = _options(pools, records, outcome.tolerance, pending, optimistic, whole)
+        chosen = solve(options, graph.inputs, graph.outputs, required=range(whole),
+                       time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
+        want: dict[str, list[Candidate]] = {}
+        for o in chosen:
+            if pairs[o.key] in pending:
+                key, name = pairs[o.key]
+                want.setdefault(name, []).append(pending.pop((key, name)))
+        if not want:
+            stable = True
+            break
+        log.info("guided profiling, round %d: the solve chose %d unmeasured kernel(s) (%s)", rounds,
+                 sum(map(len, want.values())), ", ".join(f"{n} {len(c)}" for n, c in want.items()))
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error)
+        records.update(more.records)
+        measured += more.measured
+        for phase, s in more.seconds.items():
+            seconds[phase] = seconds.get(phase, 0.0) + s
+    if stable:
+        db.put_guided_done(problem)
+    else:
+        log.warning("guided profiling stopped after %d rounds with kernels still unmeasured in the best plan; "
+                    "raise ProfileSettings.guide_rounds for an exact answer", rounds)
+    log.info("guided profiling: %d of %d legal unmeasured pairs measured in %d round(s); %d never compiled",
+             legal - len(pending), legal, rounds, len(pending))
+    merged = ProfileOutcome(records, measured, outcome.stored, outcome.tolerance, outcome.fp32_error, seconds)
+    return merged, GuideStats(tuple(sorted(models)), rounds, len(pending), stable)
+
+
+def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, settings: OptimizeSettings,
+                 machine: str) -> str:
+    """Names one guided profiling problem: the pools, the guided backends' versions, threads, machine,
+    and the guiding settings. (Not the cost models: a retrained model must not redo a finished problem.)"""
+    h = hashlib.sha256()
+    ps = settings.profile
+    h.update(f"{machine}|{settings.threads}|{ps.guide_optimism}|{ps.guide_rounds}|{settings.accuracy}".encode())
+    for name in sorted(pools):
+        h.update(f"|{name}:{record_version(get_backend(name), ps)}:{name in models}".encode())
+        h.update(" ".join(sorted({c.key for c in pools[name]})).encode())
+    return h.hexdigest()
+
+
+def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
+             machine: str, source: OnnxSource | None, progress: Progress | None,
+             fp32_error: float | None = None) -> ProfileOutcome:
+    return profile(graph, pools, db, settings.threads, machine, settings.profile, settings.accuracy, settings.seed,
+                   progress, source, fp32_error)
+
+
+def _legal(graph: Graph, cand: Candidate, backend: str) -> bool:
+    return get_backend(backend).supports(extract_subgraph(graph, cand)) is None
+
+
+def _optimistic_costs(graph: Graph, pending: Mapping[tuple[str, str], Candidate], models: Mapping,
+                      settings: OptimizeSettings) -> dict[tuple[str, str], float]:
+    features = features_by_key(graph, list(pending.values()))
+    costs: dict[tuple[str, str], float] = {}
+    for name, model in models.items():
+        pairs = [pair for pair in pending if pair[1] == name]
+        predicted = model.predict([features[key] for key, _ in pairs], settings.threads)
+        costs.update(zip(pairs, (float(p) * settings.profile.guide_optimism for p in predicted)))
+    return costs
+
+
+def _options(pools: Mapping[str, Sequence[Candidate]], records: Mapping[tuple[str, str], Record], tolerance: float,
+             pending: Mapping[tuple[str, str], Candidate], optimistic: Mapping[tuple[str, str], float],
+             whole: int) -> tuple[list[Option], dict[str, tuple[str, str]]]:
+    """Split-plan options: each accepted measured kernel at its time, each pending one at its optimistic
+    cost. Returns them with each option's (candidate key, backend)."""
+    options: list[Option] = []
+    pairs: dict[str, tuple[str, str]] = {}
+    for name, candidates in pools.items():
+        for c in candidates:
+            if c.size == whole:
+                continue
+            pair = (c.key, name)
+            r = records.get(pair)
+            if r is not None and accepted(r, tolerance):
+                assert r.median_s is not None
+                cost = r.median_s
+            elif pair in pending:
+                cost = optimistic[pair]
+            else:
+                continue
+            o = candidate_option(c, name, cost, len(options))
+            options.append(o)
+            pairs[o.key] = pair
+    return options, pairs

@@ -1,0 +1,47 @@
+"""Guided profiling: with a learned cost model, only the kernels the BLP could choose are measured,
+the plan still passes its check, and a warm optimize measures and solves nothing again."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from korch import zoo
+from korch.costmodel import CostModelSettings
+from korch.pipeline import optimize
+from korch.profile.database import ProfileDB
+from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
+
+SETTINGS = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=QUICK_SELECTION,
+                            calibration=QUICK_CALIBRATION, cost_model=CostModelSettings(min_rows=40, rounds=60))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database that has profiled one model whole: enough for onnxruntime's cost model to learn."""
+    path = tmp_path_factory.mktemp("cache") / "profiles.sqlite"
+    with ProfileDB(path) as db:
+        _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, SETTINGS)
+    assert stats.guide.backends == () and stats.profiled_new > 100
+    return path
+
+
+def test_guided_profiling_measures_what_could_be_chosen_and_replays_warm(trained: Path) -> None:
+    model = zoo.to_model_proto("segformer-mini")
+    with ProfileDB(trained) as db:
+        plan, _, cold = optimize(model, db, SETTINGS)       # raises if the plan fails its check
+        _, _, warm = optimize(model, db, SETTINGS)
+    assert cold.guide.backends == ("onnxruntime",) and cold.guide.stable and cold.guide.rounds >= 1
+    assert cold.guide.skipped > 0 and cold.profiled_new + cold.profiled_cached < cold.unique_candidates
+    assert warm.profiled_new == 0 and warm.guide.rounds == 0 and warm.guide.skipped == cold.guide.skipped
+    assert cold.max_rel_error <= cold.check_tolerance
+    assert warm.selection.kernels == cold.selection.kernels
+
+
+def test_guided_profiling_can_be_turned_off(trained: Path) -> None:
+    off = replace(SETTINGS, profile=replace(QUICK_PROFILE, guided=False))
+    with ProfileDB(trained) as db:
+        _, _, stats = optimize(zoo.to_model_proto("gpt-mini"), db, off)
+    assert stats.guide.backends == () and stats.profiled_new + stats.profiled_cached >= stats.unique_candidates
