@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from korch.costmodel import FEATURES_VERSION, MachinePeaks  # noqa: E402
 from korch.costmodel.quality import leave_one_model_out  # noqa: E402
 from korch.frontend.regions import OnnxSource  # noqa: E402
-from korch.pipeline import enumerate_all, model_label, profile_pools, remember_features, run_fission  # noqa: E402
+from korch.pipeline import candidate_universe, enumerate_all, model_label, profile_pools, remember_features, run_fission  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
 from korch.profile.profiler import profile  # noqa: E402
 from korch.settings import OptimizeSettings, ProfileSettings  # noqa: E402
@@ -47,7 +47,7 @@ def collect(args: argparse.Namespace) -> None:
             source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
             cands = enumerate_all(fissioned.graph, settings)
             pools = profile_pools(fissioned.graph, cands, settings)
-            remember_features(db, model_label(name), fissioned.graph, pools)
+            remember_features(db, model_label(name), fissioned.graph, candidate_universe(cands, settings))
             outcome = profile(fissioned.graph, pools, db, settings.threads, machine, settings.profile,
                               settings.accuracy, settings.seed, None, source)
             print(f"{name}: {outcome.measured} measured, {outcome.stored} stored, "

@@ -183,6 +183,12 @@ def remember_features(db: ProfileDB, label: str, graph: Graph, pools: Mapping[st
     db.put_features(label, FEATURES_VERSION, {k: f.values for k, f in unique.items()})
 
 
+def candidate_universe(cands: CandidateSet, settings: OptimizeSettings) -> dict[str, list[Candidate]]:
+    """Every candidate each backend could run, without budgets: what guided profiling chooses from
+    (OpenVINO still sees regions only: it is at its best on large pieces)."""
+    return {name: list(cands.regions if name == "openvino" else cands.all) for name in settings.backends}
+
+
 def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
                   settings: OptimizeSettings) -> tuple[list[Option], dict[str, Step]]:
     """One BLP option per (candidate, backend) whose kernel was accepted, and the plan step it becomes."""
@@ -227,13 +233,14 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     onnx_source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
     cands = enumerate_all(graph, settings)
     pools = profile_pools(graph, cands, settings)
-    remember_features(db, model_label(source), graph, pools)
+    universe = candidate_universe(cands, settings)
+    remember_features(db, model_label(source), graph, universe)
     t0 = time.perf_counter()
     boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
                                 settings.profile.cold_cache)
     calibrate_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    profiled, guide = guided_profile(graph, pools, db, settings, machine, onnx_source,
+    profiled, guide = guided_profile(graph, pools, universe, db, settings, machine, onnx_source,
                                      lambda p, c, v: boundaries.cost(p, c, graph.types[v]), progress)
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)

@@ -15,8 +15,9 @@ profiles (korch/costmodel) is profiled instead by solving:
    remembered as finished, so a warm optimize reads the same records and solves nothing (a cost
    model retrained in between would otherwise ask for other kernels and make warm runs differ).
 
-Backends without a learned model (a new machine, or too few profiles) are profiled as before: every
-candidate of their pool. Legality (can the backend compile it at all) is asked before predicting,
+A guided backend chooses from every candidate it could run: Inductor's budget of fused candidates
+does not apply. Backends without a learned model (a new machine, or too few profiles) are profiled
+as before: every candidate of their budgeted pool. Legality (can the backend compile it at all) is asked before predicting,
 so nothing illegal reaches the solver as an optimistic option.
 """
 
@@ -59,9 +60,12 @@ def candidate_option(cand: Candidate, backend: str, cost: float, index: int) -> 
                   frozenset(cand.outputs), cost, frozenset(cand.nodes), backend)
 
 
-def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
+def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
+                   universe: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
                    machine: str, source: OnnxSource | None, boundary: BoundaryFn,
                    progress: Progress | None = None) -> tuple[ProfileOutcome, GuideStats]:
+    """Records for the candidates each backend may use: for a guided backend, chosen from all of
+    `universe` by solving (module doc); for any other, every candidate of its budgeted `pools`."""
     ps = settings.profile
     models = {}
     if ps.guided:
@@ -71,6 +75,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: P
                 models[name] = model
     if not models:
         return _profile(graph, pools, db, settings, machine, source, progress), GuideStats()
+    pools = {name: (universe[name] if name in models else pools[name]) for name in pools}
     problem = _problem_key(pools, models, settings, machine)
     done = db.guided_done(problem)
     whole = len(graph.nodes)
