@@ -29,7 +29,8 @@ log = logging.getLogger("korch.report")
 # Costs closer than this are a tie (timer resolution of the profiler is far coarser).
 TIE_S = 1e-9
 NO_DB_REASON = "no profile database"
-MISSING_REASON = "no record in the profile database (not profiled: outside the backend's budget, or another version)"
+MISSING_REASON = ("no record in the profile database (not profiled: guided profiling found no plan it could join at its "
+                  "predicted cost, or outside the backend's budget, or another version)")
 
 
 class Outcome(str, Enum):
