@@ -2,6 +2,7 @@
 
     python benchmarks/costmodel_quality.py collect --cache DIR [--threads 2] [MODEL ...]
     python benchmarks/costmodel_quality.py evaluate --cache DIR [--json OUT]
+    python benchmarks/costmodel_quality.py noise --cache DIR MODEL     # the ceiling timing noise sets
 
 `collect` profiles each model's candidates exactly as `korch optimize` does (same pools, same
 settings; profiles and features go into DIR/profiles.sqlite), without selecting a plan. `evaluate`
@@ -16,19 +17,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import random
+import statistics
 import sys
+import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from korch.costmodel import FEATURES_VERSION, MachinePeaks  # noqa: E402
+from korch.backends import get_backend  # noqa: E402
+from korch.costmodel import FEATURES_VERSION, MachinePeaks, pairwise_accuracy  # noqa: E402
 from korch.costmodel.quality import leave_one_model_out  # noqa: E402
 from korch.frontend.regions import OnnxSource  # noqa: E402
 from korch.pipeline import candidate_universe, enumerate_all, model_label, profile_pools, remember_features, run_fission  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
-from korch.profile.profiler import profile  # noqa: E402
+from korch.profile.profiler import profile, record_version  # noqa: E402
 from korch.settings import OptimizeSettings, ProfileSettings  # noqa: E402
 
 DEFAULT_MODELS = ["yolox-nano", "efficientvit-b1", "candy", "segformer-b0", "vit-b16", "gpt2-small", "yolov4",
@@ -48,10 +53,41 @@ def collect(args: argparse.Namespace) -> None:
             cands = enumerate_all(fissioned.graph, settings)
             pools = profile_pools(fissioned.graph, cands, settings)
             remember_features(db, model_label(name), fissioned.graph, candidate_universe(cands, settings))
+            if args.features_only:          # profiles already there: only (re)compute the feature vectors
+                print(f"{name}: features stored, {time.perf_counter() - t0:.0f} s", flush=True)
+                continue
             outcome = profile(fissioned.graph, pools, db, settings.threads, machine, settings.profile,
                               settings.accuracy, settings.seed, None, source)
             print(f"{name}: {outcome.measured} measured, {outcome.stored} stored, "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def noise(args: argparse.Namespace) -> None:
+    """The ceiling on PCA that timing noise sets: a random sample of a model's timed kernels measured
+    again, as they were measured the first time, and the PCA of one measurement against the other."""
+    settings = OptimizeSettings(threads=args.threads, backends=BACKENDS)
+    machine = machine_fingerprint()
+    rng = random.Random(0)
+    fissioned = run_fission(args.model, cache_dir=args.cache)
+    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+    pools = profile_pools(fissioned.graph, enumerate_all(fissioned.graph, settings), settings)
+    print("| backend | kernels | PCA of a second measurement against the first | median |second/first - 1| |")
+    print("|---|---:|---:|---:|")
+    with ProfileDB(Path(args.cache) / DB_FILENAME) as db, tempfile.TemporaryDirectory() as tmp, \
+            ProfileDB(Path(tmp) / DB_FILENAME) as again:
+        for backend in args.backends:
+            reps = {c.key: c for c in pools[backend] if c.size < len(fissioned.graph.nodes)}
+            first = db.get_many(list(reps), backend, record_version(get_backend(backend), settings.profile),
+                                settings.threads, machine)
+            timed = sorted(k for k, r in first.items() if r.median_s is not None)
+            sample = rng.sample(timed, min(args.sample, len(timed)))
+            out = profile(fissioned.graph, {backend: [reps[k] for k in sample]}, again, settings.threads, machine,
+                          settings.profile, settings.accuracy, settings.seed, None, source)
+            pairs = [(first[k].median_s, out.records[(k, backend)].median_s) for k in sample
+                     if out.records[(k, backend)].median_s is not None]
+            a, b = zip(*pairs)
+            change = statistics.median(abs(y / x - 1) for x, y in pairs)
+            print(f"| {backend} | {len(pairs)} | {pairwise_accuracy(b, a):.3f} | {change * 100:.1f}% |", flush=True)
 
 
 def evaluate(args: argparse.Namespace) -> None:
@@ -60,14 +96,17 @@ def evaluate(args: argparse.Namespace) -> None:
     print(f"peaks: {peaks.flops_per_s_per_thread / 1e9:.1f} GFLOP/s per thread, {peaks.bytes_per_s / 1e9:.1f} GB/s")
     results = []
     with ProfileDB(Path(args.cache) / DB_FILENAME) as db:
-        print("| backend | held-out model | kernels tested | trained on | PCA prior | PCA learned |")
-        print("|---|---|---:|---:|---:|---:|")
+        print("| backend | held-out model | kernels tested | trained on | PCA prior | PCA learned | "
+              "measured < 0.5 x rescaled prediction |")
+        print("|---|---|---:|---:|---:|---:|---:|")
         for backend in BACKENDS:
             rows = db.timed_with_features(backend, machine, FEATURES_VERSION)
-            for r in leave_one_model_out(rows, backend, machine, peaks):
+            ps = ProfileSettings()
+            for r in leave_one_model_out(rows, backend, machine, peaks, optimism=ps.guide_optimism,
+                                         sample=ps.guide_sample):
                 results.append(asdict(r))
                 print(f"| {backend} | {r.model} | {r.test_rows} | {r.train_rows} | {r.pca_prior:.3f} | "
-                      f"{r.pca_learned:.3f} |", flush=True)
+                      f"{r.pca_learned:.3f} | {r.below_optimism * 100:.1f}% |", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine, "results": results}, indent=1))
 
@@ -79,13 +118,21 @@ def main() -> None:
     c.add_argument("--cache", required=True)
     c.add_argument("--threads", type=int, default=2)
     c.add_argument("--inductor-budget", type=int, default=ProfileSettings().inductor_budget)
+    c.add_argument("--features-only", action="store_true",
+                   help="store the current feature vectors of models already profiled (after a feature change)")
     c.add_argument("models", nargs="*", default=DEFAULT_MODELS)
     e = sub.add_parser("evaluate")
     e.add_argument("--cache", required=True)
     e.add_argument("--json")
+    n = sub.add_parser("noise")
+    n.add_argument("--cache", required=True)
+    n.add_argument("--threads", type=int, default=2)
+    n.add_argument("--sample", type=int, default=300)
+    n.add_argument("--backends", nargs="+", default=["onnxruntime", "openvino"])
+    n.add_argument("model")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    collect(args) if args.command == "collect" else evaluate(args)
+    {"collect": collect, "evaluate": evaluate, "noise": noise}[args.command](args)
 
 
 if __name__ == "__main__":

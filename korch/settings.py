@@ -39,6 +39,9 @@ class ProfileSettings:
     guide_optimism: float = 0.5
     # Solves at most; each measures the unmeasured kernels it chose.
     guide_rounds: int = 40
+    # Random kernels per guided backend measured first, to rescale its predictions to the machine's
+    # speed now: enough for a median within ~15%, few enough to cost seconds (Inductor: ~1.3 s each).
+    guide_sample: int = 12
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from korch.candidates import Candidate
 from korch.ir.graph import Graph, Node
 from korch.ir.ops import PrimClass
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 
 # Ops counted one by one: those whose speed differs most from others of their class.
 _COUNTED_OPS = ("conv", "conv_transpose", "matmul", "transpose", "reshape", "slice", "concat", "pad", "gather",
@@ -29,6 +29,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "flops", "linear_flops", "elementwise_flops",
     "bytes_in", "bytes_weights", "bytes_out", "bytes_internal", "largest_tensor_bytes",
     "inputs", "outputs", "max_reduction", "max_linear_k", "max_output_elements", "region", "onnx_nodes",
+    # how engines pick a convolution's or matmul's algorithm: depthwise, kernel window, stride, shapes
+    "conv_depthwise", "max_group", "max_kernel_elements", "max_stride", "max_linear_m", "max_linear_n",
+    # vectorisation: a small innermost dimension wastes vector lanes; rank adds index arithmetic
+    "min_inner_dim", "max_rank",
 )
 _INDEX = {name: k for k, name in enumerate(FEATURE_NAMES)}
 
@@ -73,6 +77,23 @@ def _linear(graph: Graph, node: Node) -> tuple[float, int]:
     return 2.0 * out * k, k
 
 
+def _linear_shape(graph: Graph, node: Node, counts: dict[str, float]) -> None:
+    out = graph.types[node.output].shape
+    if node.op == "matmul":
+        counts["max_linear_m"] = max(counts["max_linear_m"], out[-2] if len(out) > 1 else 1)
+        counts["max_linear_n"] = max(counts["max_linear_n"], out[-1])
+        return
+    w = graph.types[node.inputs[1]].shape
+    group = node.attrs["group"]
+    channels = graph.types[node.inputs[0]].shape[1]
+    counts["conv_depthwise"] += 1 if group > 1 and group == channels else 0
+    counts["max_group"] = max(counts["max_group"], group)
+    counts["max_kernel_elements"] = max(counts["max_kernel_elements"], math.prod(w[2:]))
+    counts["max_stride"] = max(counts["max_stride"], max(node.attrs["strides"], default=1))
+    counts["max_linear_m"] = max(counts["max_linear_m"], math.prod(out[2:]))      # output pixels
+    counts["max_linear_n"] = max(counts["max_linear_n"], out[1])                    # output channels
+
+
 def candidate_features(graph: Graph, candidate: Candidate) -> Features:
     counts = dict.fromkeys(FEATURE_NAMES, 0.0)
     inside = {graph.nodes[i].output for i in candidate.nodes}
@@ -90,10 +111,16 @@ def candidate_features(graph: Graph, candidate: Candidate) -> Features:
         counts["max_output_elements"] = max(counts["max_output_elements"], out_elements)
         largest = max(largest, _bytes(graph, node.output))
         weights.update(v for v in node.inputs if v in graph.constants)
+        out_shape = graph.types[node.output].shape
+        if out_shape:
+            inner = out_shape[-1]
+            counts["min_inner_dim"] = inner if counts["min_inner_dim"] == 0 else min(counts["min_inner_dim"], inner)
+        counts["max_rank"] = max(counts["max_rank"], len(out_shape))
         if node.klass is PrimClass.LINEAR:
             flops, k = _linear(graph, node)
             counts["linear_flops"] += flops
             counts["max_linear_k"] = max(counts["max_linear_k"], k)
+            _linear_shape(graph, node, counts)
         elif node.klass is PrimClass.ELEMENTWISE:
             counts["elementwise_flops"] += out_elements
         elif node.klass is PrimClass.REDUCE and node.op != "expand":

@@ -5,8 +5,10 @@ forced a fixed budget on Inductor. A backend whose cost model has learned from t
 profiles (korch/costmodel) is profiled instead by solving:
 
 1. The whole-model kernels, and every pair the database already holds, are read or measured first.
-2. Every other legal (candidate, backend) pair gets an optimistic cost: its predicted time times
-   `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below.
+2. A random sample of `guide_sample` legal unmeasured pairs per backend is measured: the median of
+   measured / predicted over it rescales that backend's predictions to the machine's speed now.
+   Every other legal (candidate, backend) pair gets an optimistic cost: its rescaled predicted time
+   times `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below.
 3. The BLP (with boundary costs, without the whole-model kernels, as measured selection solves for
    the best split plan) is solved over measured and optimistic costs. The pairs it chooses that are
    not measured yet are measured, and it is solved again.
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -97,9 +101,25 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         return outcome, GuideStats(tuple(sorted(models)), 0, len(pending), True)
     records = dict(outcome.records)
     pending = {pair: c for pair, c in pending.items() if pair not in records and _legal(graph, c, pair[1])}
-    optimistic = _optimistic_costs(graph, pending, models, settings)
     legal = len(pending)
-    rounds, measured, seconds = 0, outcome.measured, dict(outcome.seconds)
+    predicted = _predicted_costs(graph, pending, models, settings)
+    measured, seconds = outcome.measured, dict(outcome.seconds)
+
+    def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
+        nonlocal measured
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error)
+        records.update(more.records)
+        measured += more.measured
+        for phase, sec in more.seconds.items():
+            seconds[phase] = seconds.get(phase, 0.0) + sec
+
+    sample = _calibration_sample(pending, models, ps.guide_sample, settings.seed)
+    measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in sample.items() if pairs})
+    scale = {name: _scale(records, predicted, pairs) for name, pairs in sample.items()}
+    log.info("guided profiling: measured/predicted on a random sample: %s",
+             ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale)))
+    optimistic = {pair: predicted[pair] * scale[pair[1]] * ps.guide_optimism for pair in pending}
+    rounds = 0
     stable = False
     while rounds < ps.guide_rounds:
         rounds += 1
@@ -116,11 +136,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
             break
         log.info("guided profiling, round %d: the solve chose %d unmeasured kernel(s) (%s)", rounds,
                  sum(map(len, want.values())), ", ".join(f"{n} {len(c)}" for n, c in want.items()))
-        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error)
-        records.update(more.records)
-        measured += more.measured
-        for phase, s in more.seconds.items():
-            seconds[phase] = seconds.get(phase, 0.0) + s
+        measure(want)
     if stable:
         db.put_guided_done(problem)
     else:
@@ -156,15 +172,35 @@ def _legal(graph: Graph, cand: Candidate, backend: str) -> bool:
     return get_backend(backend).supports(extract_subgraph(graph, cand)) is None
 
 
-def _optimistic_costs(graph: Graph, pending: Mapping[tuple[str, str], Candidate], models: Mapping,
-                      settings: OptimizeSettings) -> dict[tuple[str, str], float]:
+def _predicted_costs(graph: Graph, pending: Mapping[tuple[str, str], Candidate], models: Mapping,
+                     settings: OptimizeSettings) -> dict[tuple[str, str], float]:
     features = features_by_key(graph, list(pending.values()))
     costs: dict[tuple[str, str], float] = {}
     for name, model in models.items():
         pairs = [pair for pair in pending if pair[1] == name]
         predicted = model.predict([features[key] for key, _ in pairs], settings.threads)
-        costs.update(zip(pairs, (float(p) * settings.profile.guide_optimism for p in predicted)))
+        costs.update(zip(pairs, (float(p) for p in predicted)))
     return costs
+
+
+def _calibration_sample(pending: Mapping[tuple[str, str], Candidate], models: Mapping, size: int,
+                        seed: int) -> dict[str, list[tuple[str, str]]]:
+    """`size` random pending pairs per guided backend (in a fixed order, so a run is repeatable)."""
+    rng = random.Random(seed)
+    sample = {}
+    for name in sorted(models):
+        mine = sorted(pair for pair in pending if pair[1] == name)
+        sample[name] = rng.sample(mine, min(size, len(mine)))
+    return sample
+
+
+def _scale(records: Mapping[tuple[str, str], Record], predicted: Mapping[tuple[str, str], float],
+           pairs: Sequence[tuple[str, str]]) -> float:
+    """The median of measured / predicted over a random sample: how fast this machine runs right now,
+    against the state it was in when the model's training profiles were taken (it drifts by tens of
+    percent within minutes and by 2x across days: benchmarks/machine_drift.py)."""
+    ratios = [r.median_s / predicted[p] for p in pairs if (r := records.get(p)) is not None and r.median_s]
+    return statistics.median(ratios) if ratios else 1.0
 
 
 def _options(pools: Mapping[str, Sequence[Candidate]], records: Mapping[tuple[str, str], Record], tolerance: float,

@@ -58,3 +58,15 @@ def test_features_follow_the_key_and_name_every_entry() -> None:
         assert len(by_key[c.key].values) == len(FEATURE_NAMES)
     erf = next(c for c in cands if c.size == 1 and graph.nodes[c.nodes[0]].op == "erf")
     assert by_key[erf.key]["transcendental"] == 1
+
+
+def test_convolution_shape_features() -> None:
+    b = GraphBuilder("depthwise")
+    x = b.add_input("x", TensorType((1, 8, 10, 10), DType.FLOAT32))
+    w = b.add_constant(np.random.default_rng(2).standard_normal((8, 1, 5, 5)).astype(np.float32))
+    y = b.emit("conv", [x, w], {"strides": (2, 2), "pads": (2, 2, 2, 2), "dilations": (1, 1), "group": 8})
+    graph = check_graph(b.build([("y", y)]))
+    f = candidate_features(graph, candidate(graph, (0,)))
+    assert f["conv_depthwise"] == 1 and f["max_group"] == 8 and f["max_kernel_elements"] == 25
+    assert f["max_stride"] == 2 and f["max_linear_n"] == 8 and f["max_linear_m"] == 5 * 5
+    assert f["linear_flops"] == 2 * 8 * 5 * 5 * 25 and f["min_inner_dim"] == 5 and f["max_rank"] == 4
