@@ -100,7 +100,12 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         log.info("guided profiling of this model finished before: reading its %d records", len(outcome.records))
         return outcome, GuideStats(tuple(sorted(models)), 0, len(pending), True)
     records = dict(outcome.records)
-    pending = {pair: c for pair, c in pending.items() if pair not in records and _legal(graph, c, pair[1])}
+    pending = {pair: c for pair, c in pending.items() if pair not in records}
+    illegal = _refusals(graph, pending, settings, machine)
+    db.put_many(illegal)                  # as the profiler records them: a warm run reads, never asks again
+    for r in illegal:
+        records[(r.candidate_key, r.backend)] = r
+        del pending[(r.candidate_key, r.backend)]
     legal = len(pending)
     predicted = _predicted_costs(graph, pending, models, settings)
     measured, seconds = outcome.measured, dict(outcome.seconds)
@@ -144,7 +149,8 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                     "raise ProfileSettings.guide_rounds for an exact answer", rounds)
     log.info("guided profiling: %d of %d legal unmeasured pairs measured in %d round(s); %d never compiled",
              legal - len(pending), legal, rounds, len(pending))
-    merged = ProfileOutcome(records, measured, outcome.stored, outcome.tolerance, outcome.fp32_error, seconds)
+    merged = ProfileOutcome(records, measured + len(illegal), outcome.stored, outcome.tolerance, outcome.fp32_error,
+                            seconds)
     return merged, GuideStats(tuple(sorted(models)), rounds, len(pending), stable)
 
 
@@ -168,8 +174,17 @@ def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: Profile
                    progress, source, fp32_error)
 
 
-def _legal(graph: Graph, cand: Candidate, backend: str) -> bool:
-    return get_backend(backend).supports(extract_subgraph(graph, cand)) is None
+def _refusals(graph: Graph, pending: Mapping[tuple[str, str], Candidate], settings: OptimizeSettings,
+              machine: str) -> list[Record]:
+    """A rejection, with the backend's reason, for each pending pair its backend cannot compile."""
+    out = []
+    for (key, name), cand in pending.items():
+        backend = get_backend(name)
+        reason = backend.supports(extract_subgraph(graph, cand))
+        if reason is not None:
+            out.append(Record.rejected(key, name, record_version(backend, settings.profile), settings.threads, machine,
+                                       f"unsupported: {reason}"))
+    return out
 
 
 def _predicted_costs(graph: Graph, pending: Mapping[tuple[str, str], Candidate], models: Mapping,
