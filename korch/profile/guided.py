@@ -39,7 +39,7 @@ from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record
 from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile, record_version
-from korch.select.blp import Option, solve
+from korch.select.blp import Option, SelectionError, solve
 from korch.settings import OptimizeSettings
 
 log = logging.getLogger("korch.profile")
@@ -129,8 +129,13 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     while rounds < ps.guide_rounds:
         rounds += 1
         options, pairs = _options(pools, records, outcome.tolerance, pending, optimistic, whole)
-        chosen = solve(options, graph.inputs, graph.outputs, required=range(whole),
-                       time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
+        try:
+            chosen = solve(options, graph.inputs, graph.outputs, required=range(whole),
+                           time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
+        except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
+            log.info("guided profiling: no split plan to guide by (%s)", e)
+            stable = True
+            break
         want: dict[str, list[Candidate]] = {}
         for o in chosen:
             if pairs[o.key] in pending:
