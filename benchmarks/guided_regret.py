@@ -92,9 +92,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--verbose", action="store_true", help="log what guided profiling does")
     parser.add_argument("models", nargs="+")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.verbose:
+        logging.getLogger("korch.profile").setLevel(logging.INFO)
+        logging.getLogger("korch.costmodel").setLevel(logging.INFO)
     results = []
     print("| model | profiled (guided) | profiled (all) | guided optimize s | solves | kernels guided / all | "
           "guided ms p10–p90 | exhaustive ms p10–p90 | regret |")

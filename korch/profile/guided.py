@@ -109,11 +109,14 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     legal = len(pending)
     predicted = _predicted_costs(graph, pending, models, settings)
     measured, seconds = outcome.measured, dict(outcome.seconds)
+    usable = {pair: r.median_s for pair, r in records.items() if accepted(r, outcome.tolerance) and r.median_s}
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
         nonlocal measured
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error)
         records.update(more.records)
+        usable.update({pair: r.median_s for pair, r in more.records.items()
+                       if accepted(r, outcome.tolerance) and r.median_s})
         measured += more.measured
         for phase, sec in more.seconds.items():
             seconds[phase] = seconds.get(phase, 0.0) + sec
@@ -124,29 +127,13 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     log.info("guided profiling: measured/predicted on a random sample: %s",
              ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale)))
     optimistic = {pair: predicted[pair] * scale[pair[1]] * ps.guide_optimism for pair in pending}
-    rounds = 0
-    stable = False
-    while rounds < ps.guide_rounds:
-        rounds += 1
-        options, pairs = _options(pools, records, outcome.tolerance, pending, optimistic, whole)
-        try:
-            chosen = solve(options, graph.inputs, graph.outputs, required=range(whole),
-                           time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
-        except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
-            log.info("guided profiling: no split plan to guide by (%s)", e)
-            stable = True
-            break
-        want: dict[str, list[Candidate]] = {}
-        for o in chosen:
-            if pairs[o.key] in pending:
-                key, name = pairs[o.key]
-                want.setdefault(name, []).append(pending.pop((key, name)))
-        if not want:
-            stable = True
-            break
-        log.info("guided profiling, round %d: the solve chose %d unmeasured kernel(s) (%s)", rounds,
-                 sum(map(len, want.values())), ", ".join(f"{n} {len(c)}" for n, c in want.items()))
-        measure(want)
+
+    def solve_split(options: list[Option]) -> Sequence[Option]:
+        return solve(options, graph.inputs, graph.outputs, required=range(whole),
+                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
+
+    rounds, stable = solve_until_stable(pools, usable, pending, optimistic, whole, solve_split, measure,
+                                        ps.guide_rounds)
     if stable:
         db.put_guided_done(problem)
     else:
@@ -157,6 +144,38 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     merged = ProfileOutcome(records, measured + len(illegal), outcome.stored, outcome.tolerance, outcome.fp32_error,
                             seconds)
     return merged, GuideStats(tuple(sorted(models)), rounds, len(pending), stable)
+
+
+def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[tuple[str, str], float],
+                       pending: dict[tuple[str, str], Candidate], optimistic: Mapping[tuple[str, str], float],
+                       whole: int, solve_split: Callable[[list[Option]], Sequence[Option]],
+                       measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
+                       max_rounds: int) -> tuple[int, bool]:
+    """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
+    costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
+    `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
+    If every optimistic cost is at most the kernel's measured cost, the last solve's choice is the
+    optimum over all measured costs: a cheaper choice would have been chosen at its lower costs."""
+    rounds = 0
+    while rounds < max_rounds:
+        rounds += 1
+        options, pairs = _options(pools, costs, pending, optimistic, whole)
+        try:
+            chosen = solve_split(options)
+        except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
+            log.info("guided profiling: no split plan to guide by (%s)", e)
+            return rounds, True
+        want: dict[str, list[Candidate]] = {}
+        for o in chosen:
+            if pairs[o.key] in pending:
+                key, name = pairs[o.key]
+                want.setdefault(name, []).append(pending.pop((key, name)))
+        if not want:
+            return rounds, True
+        log.info("guided profiling, round %d: the solve chose %d unmeasured kernel(s) (%s)", rounds,
+                 sum(map(len, want.values())), ", ".join(f"{n} {len(c)}" for n, c in want.items()))
+        measure(want)
+    return rounds, False
 
 
 def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, settings: OptimizeSettings,
@@ -223,25 +242,18 @@ def _scale(records: Mapping[tuple[str, str], Record], predicted: Mapping[tuple[s
     return statistics.median(ratios) if ratios else 1.0
 
 
-def _options(pools: Mapping[str, Sequence[Candidate]], records: Mapping[tuple[str, str], Record], tolerance: float,
+def _options(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[tuple[str, str], float],
              pending: Mapping[tuple[str, str], Candidate], optimistic: Mapping[tuple[str, str], float],
              whole: int) -> tuple[list[Option], dict[str, tuple[str, str]]]:
-    """Split-plan options: each accepted measured kernel at its time, each pending one at its optimistic
+    """Split-plan options: each usable measured kernel at its time, each pending one at its optimistic
     cost. Returns them with each option's (candidate key, backend)."""
     options: list[Option] = []
     pairs: dict[str, tuple[str, str]] = {}
     for name, candidates in pools.items():
         for c in candidates:
-            if c.size == whole:
-                continue
             pair = (c.key, name)
-            r = records.get(pair)
-            if r is not None and accepted(r, tolerance):
-                assert r.median_s is not None
-                cost = r.median_s
-            elif pair in pending:
-                cost = optimistic[pair]
-            else:
+            cost = costs.get(pair, optimistic.get(pair) if pair in pending else None)
+            if c.size == whole or cost is None:
                 continue
             o = candidate_option(c, name, cost, len(options))
             options.append(o)
