@@ -37,8 +37,11 @@ class ProfileSettings:
     # How far below its prediction a kernel may measure and still be found. 0.5: the learned models'
     # held-out errors put ~90% of kernels above half their prediction (benchmarks/costmodel_quality.py).
     guide_optimism: float = 0.5
-    # Solves at most; each measures the unmeasured kernels it chose.
+    # Rounds at most. A round solves, takes out the unmeasured kernels chosen, solves again, until it
+    # holds ~`guide_batch` kernels, and measures them at once (a round of 5 cost ~8 s on yolox-nano,
+    # most of it the reference values and the solves, not the kernels).
     guide_rounds: int = 40
+    guide_batch: int = 40
     # Random kernels per guided backend measured first, to rescale its predictions to the machine's
     # speed now: enough for a median within ~15%, few enough to cost seconds (Inductor: ~1.3 s each).
     guide_sample: int = 12

@@ -133,7 +133,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                      time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
 
     rounds, stable = solve_until_stable(pools, usable, pending, optimistic, whole, solve_split, measure,
-                                        ps.guide_rounds)
+                                        ps.guide_rounds, ps.guide_batch)
     if stable:
         db.put_guided_done(problem)
     else:
@@ -150,26 +150,33 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
                        pending: dict[tuple[str, str], Candidate], optimistic: Mapping[tuple[str, str], float],
                        whole: int, solve_split: Callable[[list[Option]], Sequence[Option]],
                        measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
-                       max_rounds: int) -> tuple[int, bool]:
+                       max_rounds: int, batch_size: int = 1) -> tuple[int, bool]:
     """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
+    A round gathers up to about `batch_size` kernels to measure at once: after a solve, the pending
+    kernels it chose leave the problem and it is solved again (each round's measuring has a fixed
+    cost: the reference values its kernels are fed).
     If every optimistic cost is at most the kernel's measured cost, the last solve's choice is the
     optimum over all measured costs: a cheaper choice would have been chosen at its lower costs."""
     rounds = 0
     while rounds < max_rounds:
         rounds += 1
-        options, pairs = _options(pools, costs, pending, optimistic, whole)
-        try:
-            chosen = solve_split(options)
-        except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
-            log.info("guided profiling: no split plan to guide by (%s)", e)
-            return rounds, True
         want: dict[str, list[Candidate]] = {}
-        for o in chosen:
-            if pairs[o.key] in pending:
-                key, name = pairs[o.key]
+        batch = 0
+        while batch < batch_size:         # the first solve decides stability; the rest fill the batch
+            options, pairs = _options(pools, costs, pending, optimistic, whole)
+            try:
+                chosen = solve_split(options)
+            except SelectionError as e:   # no split plan at all: measured selection keeps a whole model
+                log.info("guided profiling: no split plan to guide by (%s)", e)
+                break
+            fresh = [pairs[o.key] for o in chosen if pairs[o.key] in pending]
+            for key, name in dict.fromkeys(fresh):
                 want.setdefault(name, []).append(pending.pop((key, name)))
+            if not fresh:
+                break
+            batch += len(fresh)
         if not want:
             return rounds, True
         log.info("guided profiling, round %d: the solve chose %d unmeasured kernel(s) (%s)", rounds,

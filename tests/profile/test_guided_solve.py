@@ -36,7 +36,7 @@ def test_lower_bounds_lead_to_the_exhaustive_optimum(seed: int) -> None:
         return solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes))).chosen
 
     rounds, stable = solve_until_stable(pools, measured, pending, optimistic, len(graph.nodes), solve_split,
-                                        measure, max_rounds=100)
+                                        measure, max_rounds=100, batch_size=1 + 4 * (seed % 3))
     best = sum(o.cost for o in solve_split(_all(pools, true)))
     chosen_cost = sum(o.cost for o in solve_split(_all(pools, measured)))
     assert stable and rounds >= 1 and len(asked) == len(set(asked))
