@@ -88,8 +88,10 @@ _FALLBACK_PRIOR = BackendPrior(call_s=10e-6, per_node_s=1.5e-6, internal_traffic
 
 @dataclass(frozen=True)
 class CostModelSettings:
-    # Below this many timed kernels the trees would fit noise: the prior alone predicts.
-    min_rows: int = 40
+    # Below this many timed kernels the trees would fit noise: the prior alone predicts, and guided
+    # profiling does not guide that backend (one zoo model gives onnxruntime 700-4,000 kernels, Inductor
+    # 44 under its budget: Inductor is guided once about five models have been optimized).
+    min_rows: int = 200
     # Retrain once the database holds this many times the kernels the saved model learned from.
     retrain_growth: float = 1.25
     # LightGBM: small trees, many rounds, a slow rate; rows are few (hundreds to tens of thousands).
