@@ -39,9 +39,9 @@ class ProfileSettings:
     # above half their prediction (benchmarks/costmodel_quality.py, BENCHMARKS.md); those below matter
     # only if they would enter the plan, which the regret benchmark measures (guided_regret.py).
     guide_optimism: float = 0.5
-    # Rounds at most. A round solves, takes out the unmeasured kernels chosen, solves again, until it
-    # holds ~`guide_batch` kernels, and measures them at once (a round of 5 cost ~8 s on yolox-nano,
-    # most of it the reference values and the solves, not the kernels).
+    # Rounds at most. A round solves once and measures the unmeasured kernels chosen plus, up to
+    # `guide_batch` in all, their cheapest rivals over the same primitives: a solve costs 1-3 s on a
+    # zoo model and chose ~5 new kernels at a time on yolox-nano.
     guide_rounds: int = 40
     guide_batch: int = 40
     # Random kernels per guided backend measured first, to rescale its predictions to the machine's

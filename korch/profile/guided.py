@@ -154,31 +154,31 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
     """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
-    A round gathers up to about `batch_size` kernels to measure at once: after a solve, the pending
-    kernels it chose leave the problem and it is solved again (each round's measuring has a fixed
-    cost: the reference values its kernels are fed).
+    A round measures the pending kernels the solve chose and, up to `batch_size` in all, the pending
+    kernels over the same primitives with the lowest optimistic cost per primitive: the ones the next
+    solve would otherwise turn to, one solve (seconds on a zoo model) per few kernels.
     If every optimistic cost is at most the kernel's measured cost, the last solve's choice is the
     optimum over all measured costs: a cheaper choice would have been chosen at its lower costs."""
     rounds = 0
     while rounds < max_rounds:
         rounds += 1
-        want: dict[str, list[Candidate]] = {}
-        batch = 0
-        while batch < batch_size:         # the first solve decides stability; the rest fill the batch
-            options, pairs = _options(pools, costs, pending, optimistic, whole)
-            try:
-                chosen = solve_split(options)
-            except SelectionError as e:   # no split plan at all: measured selection keeps a whole model
-                log.info("guided profiling: no split plan to guide by (%s)", e)
-                break
-            fresh = [pairs[o.key] for o in chosen if pairs[o.key] in pending]
-            for key, name in dict.fromkeys(fresh):
-                want.setdefault(name, []).append(pending.pop((key, name)))
-            if not fresh:
-                break
-            batch += len(fresh)
-        if not want:
+        options, pairs = _options(pools, costs, pending, optimistic, whole)
+        try:
+            chosen = solve_split(options)
+        except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
+            log.info("guided profiling: no split plan to guide by (%s)", e)
             return rounds, True
+        fresh = list(dict.fromkeys(pairs[o.key] for o in chosen if pairs[o.key] in pending))
+        if not fresh:
+            return rounds, True
+        # fill the batch with the kernels that compete with the chosen ones most directly: pending
+        # kernels over the same primitives, cheapest optimistic cost per primitive first
+        covered = set().union(*(pending[p].nodes for p in fresh))
+        rivals = sorted((p for p, c in pending.items() if p not in fresh and covered.intersection(c.nodes)),
+                        key=lambda p: optimistic[p] / pending[p].size)
+        want: dict[str, list[Candidate]] = {}
+        for key, name in fresh + rivals[:max(0, batch_size - len(fresh))]:
+            want.setdefault(name, []).append(pending.pop((key, name)))
         log.info("guided profiling, round %d: the solve chose %d unmeasured kernel(s) (%s)", rounds,
                  sum(map(len, want.values())), ", ".join(f"{n} {len(c)}" for n, c in want.items()))
         measure(want)
