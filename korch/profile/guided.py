@@ -179,8 +179,9 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
         want: dict[str, list[Candidate]] = {}
         for key, name in fresh + rivals[:max(0, batch_size - len(fresh))]:
             want.setdefault(name, []).append(pending.pop((key, name)))
-        log.info("guided profiling, round %d: the solve chose %d unmeasured kernel(s) (%s)", rounds,
-                 sum(map(len, want.values())), ", ".join(f"{n} {len(c)}" for n, c in want.items()))
+        log.info("guided profiling, round %d: measuring %d kernel(s) the solve chose and %d rival(s) (%s)", rounds,
+                 len(fresh), sum(map(len, want.values())) - len(fresh),
+                 ", ".join(f"{n} {len(c)}" for n, c in want.items()))
         measure(want)
     return rounds, False
 
