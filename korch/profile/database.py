@@ -293,11 +293,16 @@ class ProfileDB:
 
     def _write_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
         """Run `sql` for every row in one transaction: all committed when this returns, or none."""
+        self._transaction([(sql, rows)])
+
+    def _transaction(self, statements: Sequence[tuple[str, Sequence[Sequence[object]]]]) -> None:
+        """Run each (sql, rows) in one transaction: all committed when this returns, or none."""
         conn = self._connection()
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.executemany(sql, rows)
+                for sql, rows in statements:
+                    conn.executemany(sql, rows)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -350,22 +355,13 @@ class ProfileDB:
         """Store each key's feature vector (kept if one of this version is there) and that `model` saw it."""
         if not vectors:
             return
-        conn = self._connection()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany("INSERT INTO features (candidate_key, version, vector) VALUES (?, ?, ?) "
-                                 "ON CONFLICT(candidate_key) DO UPDATE SET version = excluded.version, "
-                                 "vector = excluded.vector WHERE features.version != excluded.version",
-                                 [(k, version, json.dumps(list(v))) for k, v in vectors.items()])
-                conn.executemany("INSERT OR IGNORE INTO sightings (candidate_key, model) VALUES (?, ?)",
-                                 [(k, model) for k in vectors])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as e:
-            raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
+        self._transaction([
+            ("INSERT INTO features (candidate_key, version, vector) VALUES (?, ?, ?) ON CONFLICT(candidate_key) "
+             "DO UPDATE SET version = excluded.version, vector = excluded.vector "
+             "WHERE features.version != excluded.version",
+             [(k, version, json.dumps(list(v))) for k, v in vectors.items()]),
+            ("INSERT OR IGNORE INTO sightings (candidate_key, model) VALUES (?, ?)", [(k, model) for k in vectors]),
+        ])
 
     def timed_with_features(self, backend: str, machine: str, version: int) -> list[TimedKernel]:
         """Every timed (ok) record of `backend` on `machine` whose key has a feature vector of `version`,
