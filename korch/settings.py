@@ -34,6 +34,10 @@ class ProfileSettings:
     # machine's profiles is profiled only where the BLP, given each unmeasured kernel its predicted
     # time x `guide_optimism`, would choose it; the budgets above then do not apply to it.
     guided: bool = True
+    # Which backends may be guided. Inductor is left out until its compiles are cheap: guided, it
+    # compiled 249 kernels (247 s) on yolox-nano and 609 (990 s, not finished) on segformer-b0,
+    # against its budget of 44 (BENCHMARKS.md). Add "inductor" to let it see every fused candidate.
+    guided_backends: tuple[str, ...] = ("onnxruntime", "openvino")
     # How far below its (rescaled) prediction a kernel may measure and still be found. Held out of
     # training, 65-98% of a zoo model's onnxruntime kernels and 92-100% of its OpenVINO regions measure
     # above half their prediction (benchmarks/costmodel_quality.py, BENCHMARKS.md); those below matter

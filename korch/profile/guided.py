@@ -18,7 +18,8 @@ profiles (korch/costmodel) is profiled instead by solving:
    model retrained in between would otherwise ask for other kernels and make warm runs differ).
 
 A guided backend chooses from every candidate it could run: Inductor's budget of fused candidates
-does not apply. Backends without a learned model (a new machine, or too few profiles) are profiled
+does not apply to it when it is guided (`ProfileSettings.guided_backends`; not by default, because
+its compiles cost seconds each). Backends without a learned model (a new machine, or too few profiles) are profiled
 as before: every candidate of their budgeted pool. Legality (can the backend compile it at all) is asked before predicting,
 so nothing illegal reaches the solver as an optimistic option.
 """
@@ -73,7 +74,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     ps = settings.profile
     models = {}
     if ps.guided:
-        for name in pools:
+        for name in (n for n in pools if n in ps.guided_backends):
             model = load_or_train(db, name, machine, settings=settings.cost_model)
             if model.booster is not None:
                 models[name] = model
