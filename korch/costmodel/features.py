@@ -34,7 +34,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     # vectorisation: a small innermost dimension wastes vector lanes; rank adds index arithmetic
     "min_inner_dim", "max_rank",
 )
-_INDEX = {name: k for k, name in enumerate(FEATURE_NAMES)}
+FEATURE_INDEX = {name: k for k, name in enumerate(FEATURE_NAMES)}
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Features:
             raise ValueError(f"a feature vector has {len(FEATURE_NAMES)} entries, got {len(self.values)}")
 
     def __getitem__(self, name: str) -> float:
-        return self.values[_INDEX[name]]
+        return self.values[FEATURE_INDEX[name]]
 
     def as_dict(self) -> dict[str, float]:
         return dict(zip(FEATURE_NAMES, self.values))
@@ -56,7 +56,7 @@ class Features:
 
 def _bytes(graph: Graph, value: str) -> int:
     t = graph.types[value]
-    return t.size * t.dtype.numpy.itemsize if t.is_static else 0
+    return t.nbytes if t.is_static else 0
 
 
 def _elements(graph: Graph, value: str) -> int:
@@ -96,7 +96,6 @@ def _linear_shape(graph: Graph, node: Node, counts: dict[str, float]) -> None:
 
 def candidate_features(graph: Graph, candidate: Candidate) -> Features:
     counts = dict.fromkeys(FEATURE_NAMES, 0.0)
-    inside = {graph.nodes[i].output for i in candidate.nodes}
     outputs = set(candidate.outputs)
     weights: set[str] = set()
     largest = 0
@@ -127,7 +126,7 @@ def candidate_features(graph: Graph, candidate: Candidate) -> Features:
             n_in = _elements(graph, node.inputs[0])
             counts["elementwise_flops"] += n_in
             counts["max_reduction"] = max(counts["max_reduction"], n_in // max(1, out_elements))
-        if node.output not in outputs and node.output in inside:
+        if node.output not in outputs:
             counts["bytes_internal"] += _bytes(graph, node.output)
     counts["nodes"] = candidate.size
     counts["flops"] = counts["linear_flops"] + counts["elementwise_flops"]

@@ -22,22 +22,22 @@ import json
 import logging
 import math
 import os
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from korch.costmodel.features import FEATURE_NAMES, FEATURES_VERSION, Features
+from korch.costmodel.features import FEATURE_INDEX, FEATURE_NAMES, FEATURES_VERSION, Features
+from korch.errors import OutputError
+from korch.io import atomic_write_bytes
 from korch.profile.database import ProfileDB, TimedKernel
 
 log = logging.getLogger("korch.costmodel")
 
 # Bump when the saved file's layout changes; a file of another format is rebuilt.
 MODEL_FORMAT = 1
-_IX = {name: k for k, name in enumerate(FEATURE_NAMES)}
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,10 @@ class BackendPrior:
     internal_traffic: bool
 
 
-# Call costs measured on this project's host (BENCHMARKS.md: onnxruntime's Run on a tiny session,
-# standalone Inductor's call, OpenVINO's infer); per-node costs are a kernel launch inside each engine.
+# Starting points, replaced by the learned correction once a backend has data: Inductor's call is
+# BENCHMARKS.md's standalone call (12.7 us); onnxruntime's and OpenVINO's calls and every per-node cost
+# are estimates, not measurements. (Profiled kernels cost far more: ~150 us for the smallest
+# onnxruntime kernel timed after a cache sweep; within one backend only the ratios rank.)
 DEFAULT_PRIORS = {
     "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True),
     "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=True),
@@ -105,11 +107,11 @@ def prior_seconds(features: Sequence[Features], threads: int, backend: str, peak
     """The roofline prior for each feature vector, seconds."""
     p = DEFAULT_PRIORS.get(backend, _FALLBACK_PRIOR)
     x = np.array([f.values for f in features], dtype=np.float64).reshape(len(features), len(FEATURE_NAMES))
-    traffic = x[:, _IX["bytes_in"]] + x[:, _IX["bytes_weights"]] + x[:, _IX["bytes_out"]]
+    traffic = x[:, FEATURE_INDEX["bytes_in"]] + x[:, FEATURE_INDEX["bytes_weights"]] + x[:, FEATURE_INDEX["bytes_out"]]
     if p.internal_traffic:
-        traffic = traffic + 2 * x[:, _IX["bytes_internal"]]
-    compute = x[:, _IX["flops"]] / (peaks.flops_per_s_per_thread * max(1, threads))
-    nodes = x[:, _IX["nodes"]] - x[:, _IX["class_layout"]] * 0.5          # a reshape is often free
+        traffic = traffic + 2 * x[:, FEATURE_INDEX["bytes_internal"]]
+    compute = x[:, FEATURE_INDEX["flops"]] / (peaks.flops_per_s_per_thread * max(1, threads))
+    nodes = x[:, FEATURE_INDEX["nodes"]] - x[:, FEATURE_INDEX["class_layout"]] * 0.5          # a reshape is often free
     return p.call_s + p.per_node_s * np.maximum(nodes, 1) + np.maximum(compute, traffic / peaks.bytes_per_s)
 
 
@@ -140,6 +142,16 @@ class CostModel:
         return prior * np.exp(self.booster.predict(x))            # type: ignore[attr-defined]
 
 
+def per_thread_count(rows: Sequence[TimedKernel],
+                     predict: Callable[[Sequence[Features], int], np.ndarray]) -> np.ndarray:
+    """predict(features, threads) for each row, one call per thread count among the rows."""
+    out = np.zeros(len(rows))
+    for threads in {r.threads for r in rows}:
+        idx = [k for k, r in enumerate(rows) if r.threads == threads]
+        out[idx] = predict([Features(rows[k].features) for k in idx], threads)
+    return out
+
+
 def train(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: MachinePeaks,
           settings: CostModelSettings = CostModelSettings()) -> CostModel:
     """Learn the correction from timed kernels (one per key and thread count: the newest)."""
@@ -153,7 +165,7 @@ def train(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: Machin
     import lightgbm
 
     threads = [r.threads for r in data]
-    prior = np.concatenate([prior_seconds([Features(r.features)], r.threads, backend, peaks) for r in data])
+    prior = per_thread_count(data, lambda fs, t: prior_seconds(fs, t, backend, peaks))
     target = np.log(np.array([r.median_s for r in data])) - np.log(prior)
     params = {"objective": "regression", "learning_rate": settings.learning_rate, "num_leaves": settings.leaves,
               "min_data_in_leaf": settings.min_leaf_rows, "verbose": -1, "seed": 0, "deterministic": True,
@@ -179,14 +191,7 @@ def save_model(model: CostModel, path: Path) -> None:
               "trained_rows": model.trained_rows, "trained_at": model.trained_at,
               "booster": model.booster.model_to_string() if model.booster is not None else None}  # type: ignore
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(header, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, json.dumps(header).encode())
 
 
 def read_model(path: Path, backend: str, machine: str) -> CostModel | None:
@@ -249,6 +254,6 @@ def load_or_train(db: ProfileDB, backend: str, machine: str, peaks: MachinePeaks
              time.perf_counter() - t0)
     try:
         save_model(model, path)
-    except OSError as e:
+    except (OSError, OutputError) as e:
         log.warning("cannot save the cost model to %s (%s); it is rebuilt next time", path, e)
     return model

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from korch.costmodel.features import Features
-from korch.costmodel.model import CostModel, CostModelSettings, MachinePeaks, prior_seconds, train
+from korch.costmodel.model import CostModel, CostModelSettings, MachinePeaks, per_thread_count, prior_seconds, train
 from korch.profile.database import TimedKernel
 
 # Above this many kernels, PCA is estimated on this many random pairs (the exact count is quadratic).
@@ -39,15 +38,6 @@ def pairwise_accuracy(predicted: Sequence[float], measured: Sequence[float], see
         return float("nan")
     score = np.where(dp == 0, 0.5, (dp == dm).astype(np.float64))
     return float(score[counted].mean())
-
-
-def _per_row(rows: Sequence[TimedKernel], predict) -> np.ndarray:
-    """predict(features, threads) over rows, one call per thread count."""
-    out = np.zeros(len(rows))
-    for threads in {r.threads for r in rows}:
-        idx = [k for k, r in enumerate(rows) if r.threads == threads]
-        out[idx] = predict([Features(rows[k].features) for k in idx], threads)
-    return out
 
 
 @dataclass(frozen=True)
@@ -78,8 +68,8 @@ def leave_one_model_out(rows: Sequence[TimedKernel], backend: str, machine: str,
             continue
         learned: CostModel = train(rest, backend, machine, peaks, settings)
         measured = [r.median_s for r in test]
-        prior = _per_row(test, lambda fs, t: prior_seconds(fs, t, backend, peaks))
-        predicted = _per_row(test, learned.predict)
+        prior = per_thread_count(test, lambda fs, t: prior_seconds(fs, t, backend, peaks))
+        predicted = per_thread_count(test, learned.predict)
         # as guided profiling does: rescale by measured / predicted over a random sample of the model's kernels
         picked = np.random.default_rng(0).choice(len(test), size=min(sample, len(test)), replace=False)
         scale = float(np.median(np.asarray(measured)[picked] / predicted[picked]))

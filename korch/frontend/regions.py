@@ -125,7 +125,7 @@ def _weight_preprocessing(source: OnnxSource, graph: Graph, nodes: list[onnx.Nod
             if not name or name in produced or name in initializers or prim not in graph.constants:
                 continue
             t = graph.types[prim]
-            if t.size * t.dtype.numpy.itemsize < FOLDED_WEIGHT_MIN_BYTES:
+            if t.nbytes < FOLDED_WEIGHT_MIN_BYTES:
                 continue
             keys.update(_nodes_from_initializers(name, producers, initializers) or ())
     return keys

@@ -88,6 +88,11 @@ class TensorType:
             raise ValueError(f"{self} has a data-dependent size")
         return int(np.prod(self.shape, dtype=np.int64))
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of a value of this type (raises for a data-dependent size, as `size` does)."""
+        return self.size * self.dtype.numpy.itemsize
+
     def admits(self, shape: tuple[int, ...]) -> bool:
         """Whether an array of `shape` is a value of this type (unknown dims take any size)."""
         return len(shape) == self.rank and all(d == UNKNOWN_DIM or d == s for d, s in zip(self.shape, shape))

@@ -98,7 +98,7 @@ class BoundaryModel:
         layout = BLOCKED if len(t.shape) == 4 else PLAIN
         line = self.lines.get((producer, consumer, layout)) or self.lines.get((consumer, producer, layout))
         # A data-dependent size is unknown before the run: its fixed cost only.
-        nbytes = t.size * np.dtype(t.dtype.numpy).itemsize if t.is_static else 0
+        nbytes = t.nbytes if t.is_static else 0
         return 0.0 if line is None else line(nbytes)
 
 

@@ -21,8 +21,7 @@ def saved_bytes(graph: Graph, candidate: Candidate) -> int:
     for i in candidate.nodes:
         out = graph.nodes[i].output
         if out not in outputs:
-            t = graph.types[out]
-            total += 2 * t.size * t.dtype.numpy.itemsize
+            total += 2 * graph.types[out].nbytes
     return total
 
 

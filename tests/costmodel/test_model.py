@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from korch.costmodel import FEATURE_NAMES, FEATURES_VERSION, CostModelSettings, Features, MachinePeaks, train
+from korch.costmodel.features import FEATURE_INDEX
 from korch.costmodel.model import load_or_train, model_path, prior_seconds, read_model, save_model
 from korch.costmodel.quality import pairwise_accuracy
 from korch.profile.database import ProfileDB, Record, TimedKernel
@@ -18,7 +19,7 @@ from korch.profile.timing import Timing
 
 PEAKS = MachinePeaks(flops_per_s_per_thread=50e9, bytes_per_s=10e9)
 MACHINE = "test cpu | 2 cpus | Linux x86_64"
-IX = {name: k for k, name in enumerate(FEATURE_NAMES)}
+IX = FEATURE_INDEX
 SMALL = CostModelSettings(min_rows=20, rounds=100)
 
 
