@@ -130,8 +130,9 @@ class OptimizeSettings:
     cost_model: CostModelSettings = field(default_factory=CostModelSettings)
 
 
-# Timings good enough to exercise the mechanics, for tests and quick looks (never for a plan you ship).
-QUICK_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0)
+# Timings good enough to exercise the mechanics, for tests and quick looks (never for a plan you ship):
+# kernels timed hot, without the cache sweep before each call (default settings exercise the sweep).
+QUICK_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0, cold_cache=False)
 QUICK_CALIBRATION = CalibrationSettings(sides=(16,), blocks=3, rounds=2)
 QUICK_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=3,
                                     refine_rounds=2, refine_runs=2)

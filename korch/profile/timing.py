@@ -41,17 +41,27 @@ SETTLE_SECONDS = 0.06
 TURN_WARMUP = 1
 
 
+# The largest cache a sweep evicts. A virtual machine may report its host's whole last-level cache:
+# this project's 2-vCPU VM reports 480 MiB, whose sweep read 960 MiB in 60 ms before every timed
+# call, and what a call then measured was the idle vCPU's wake-up, not a cold cache (an onnxruntime
+# matmul with 1 MiB of weights: 25 us hot, 106 us after a 32 MiB sweep, 113 after 64 MiB, 330 after
+# 960 MiB; 2026-11-25). 16 MiB, a sweep of 32 MiB (~2 ms), is the regime every in-plan comparison in
+# BENCHMARKS.md was made with (a host whose cache was 16 MiB).
+SWEPT_CACHE_CAP_BYTES = 16 << 20
+
+
 class CacheSweep:
-    """Reads a buffer twice the last-level cache's size, one byte per cache line: afterwards nothing of
-    the next call's weights, inputs or workspace is cached, and its thread pool has parked (a sweep
-    takes milliseconds). That is how a kernel starts inside a plan, after other kernels ran, rather
-    than on its tenth call in a row (benchmarks/plan_breakdown.py: efficientvit-b1's kernels took
-    6.0 ms called back to back, 7.1 ms in the plan, 7.8 ms after a sweep)."""
+    """Reads a buffer twice the last-level cache's size (at most twice SWEPT_CACHE_CAP_BYTES), one byte
+    per cache line: afterwards nothing of the next call's weights, inputs or workspace is cached, and
+    its thread pool has parked (a sweep takes milliseconds). That is how a kernel starts inside a
+    plan, after other kernels ran, rather than on its tenth call in a row
+    (benchmarks/plan_breakdown.py: efficientvit-b1's kernels took 6.0 ms called back to back, 7.1 ms
+    in the plan, 7.8 ms after a sweep)."""
 
     LINE = 64
 
     def __init__(self, nbytes: int | None = None) -> None:
-        self.nbytes = nbytes if nbytes is not None else 2 * last_level_cache_bytes()
+        self.nbytes = nbytes if nbytes is not None else 2 * min(last_level_cache_bytes(), SWEPT_CACHE_CAP_BYTES)
         self._lines: np.ndarray | None = None      # one byte of each line, allocated on first use
 
     def __call__(self) -> None:

@@ -74,9 +74,8 @@ def _records(db: ProfileDB, backend: str = "onnxruntime"):
     from korch.backends import get_backend
     from korch.profile.database import machine_fingerprint
     from korch.profile.profiler import record_version
-    from korch.settings import ProfileSettings
 
-    version = record_version(get_backend(backend), ProfileSettings())
+    version = record_version(get_backend(backend), QUICK_PROFILE)
     return db.get_many(keys, backend, version, 1, machine_fingerprint()).values()
 
 
@@ -194,10 +193,15 @@ def test_split_plan_whose_kernel_errors_add_up_is_dropped_for_the_whole_model(tm
 
 def _sloppy_cheap_whole_slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sloppy backend registered, its kernels profiled 1000x faster and every whole model 100x
-    slower than measured, so the solver picks a plan of sloppy kernels."""
+    slower than measured, so the solver picks a plan of sloppy kernels. Boundaries cost nothing: a
+    calibrated crossing between engines (tens of us, timed hot) would outweigh kernels of a few us and
+    make the choice the machine's, not the profiles'."""
+    import korch.pipeline as pipeline
     import korch.profile.profiler as profiler
+    from korch.profile.boundaries import BoundaryModel
 
     _register_sloppy(monkeypatch)
+    monkeypatch.setattr(pipeline, "boundary_model", lambda *args, **kwargs: BoundaryModel({}))
     measure_one = profiler._measure_one
 
     def scaled(graph, job, *args):
@@ -237,7 +241,9 @@ def test_split_plan_that_fails_the_check_is_solved_again_without_its_worst_kerne
     feeds = random_feeds(plan.graph, seed=78)
     (d,) = diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), run_onnxruntime(model, feeds))
     assert d.rel <= 1e-4, d
-    assert warm.selection.remembered and [st.key for st in warm_plan.steps] == [st.key for st in plan.steps]
+    # replayed warm: the same kernels (identical blocks of the chain share a key and a cost, so the solver
+    # may place them at other positions: an equally fast plan)
+    assert warm.selection.remembered and sorted(st.key for st in warm_plan.steps) == sorted(st.key for st in plan.steps)
 
 
 def test_bench_judges_peers_by_the_plans_accuracy_policy() -> None:
