@@ -8,6 +8,9 @@ the kernel was measured, or a rejection with its reason (the backend could not c
 disagreed with the reference), so a later run neither re-times nor retries it; and the kernel's
 error against the reference, so that the accuracy policy, not the first model that met a kernel,
 decides whether it is accurate enough (a rejection for accuracy is retried under a looser tolerance).
+A rejection carries its class (`Rejection`) and the korch code that made it (korch/version.py): it
+is trusted only by that code, so a korch change retries it. A failure that says nothing about the
+kernel (out of memory, a killed compiler, a missing compiler: `Rejection.TRANSIENT`) is never stored.
 
 Durability: SQLite in WAL mode, each `put` its own committed transaction, so a measurement that `put`
 returned from survives the process being killed at any moment; `synchronous=NORMAL` means only a
@@ -75,7 +78,8 @@ _ADVICE_OTHER_CACHE = "Check the disk and permissions, or pass another --cache d
 _ADVICE_WAIT = "Wait for the other korch process, or pass another --cache directory"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _KEY_COLUMNS = ("candidate_key", "backend", "backend_version", "threads", "machine")
-_VALUE_COLUMNS = ("median_s", "p10_s", "p90_s", "runs", "status", "reason", "created_at", "error")   # Record's order
+_VALUE_COLUMNS = ("median_s", "p10_s", "p90_s", "runs", "status", "reason", "created_at", "error",  # Record's order
+                  "rejection", "korch_code")
 _SELECTIONS = """
 CREATE TABLE IF NOT EXISTS selections (
     problem_key TEXT PRIMARY KEY,
@@ -123,7 +127,7 @@ CREATE TABLE IF NOT EXISTS sightings (
 """
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
 _COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT")),
-                  "profiles": (("error", "REAL"),)}
+                  "profiles": (("error", "REAL"), ("rejection", "TEXT"), ("korch_code", "TEXT"))}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS profiles (
@@ -140,6 +144,8 @@ CREATE TABLE IF NOT EXISTS profiles (
     reason TEXT NOT NULL,
     created_at REAL NOT NULL,
     error REAL,
+    rejection TEXT,
+    korch_code TEXT,
     PRIMARY KEY ({", ".join(_KEY_COLUMNS)})
 ) WITHOUT ROWID;
 {_SELECTIONS}
@@ -186,6 +192,15 @@ class Status(str, Enum):
     REJECTED = "rejected"
 
 
+class Rejection(str, Enum):
+    """Why a kernel has no timing, which decides when korch asks again."""
+
+    UNSUPPORTED = "unsupported"     # the backend's rules refuse the candidate
+    FAILED = "failed"               # compiling it or its first run raised
+    INACCURATE = "inaccurate"       # it ran and disagreed with the reference: retried when a tolerance allows it
+    TRANSIENT = "transient"         # the machine, not the kernel (out of memory, a killed or missing compiler): never stored
+
+
 @dataclass(frozen=True)
 class Record:
     """One measurement (status OK, with a timing) or one rejection (status REJECTED, with a reason)."""
@@ -205,9 +220,13 @@ class Record:
     # The kernel's largest error against the reference, relative to each output's scale (None: not
     # checked, e.g. it did not compile). Acceptance is the accuracy policy's call, made per model.
     error: float | None = None
+    kind: Rejection | None = None   # a rejection's class (None: timed, or stored by korch before classes)
+    code: str | None = None         # korch/version.py code_version() of the korch that made the record
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
+        if self.kind is not None:
+            object.__setattr__(self, "kind", Rejection(self.kind))
         for name in ("median_s", "p10_s", "p90_s"):              # no timing: None (SQLite stores NaN as NULL)
             value = getattr(self, name)
             if value is not None and math.isnan(value):
@@ -220,15 +239,15 @@ class Record:
 
     @classmethod
     def ok(cls, candidate_key: str, backend: str, backend_version: str, threads: int, machine: str,
-           timing: Timing, error: float | None = None) -> Record:
+           timing: Timing, error: float | None = None, code: str | None = None) -> Record:
         return cls(candidate_key, backend, backend_version, threads, machine,
-                   timing.median_s, timing.p10_s, timing.p90_s, timing.runs, Status.OK, error=error)
+                   timing.median_s, timing.p10_s, timing.p90_s, timing.runs, Status.OK, error=error, code=code)
 
     @classmethod
     def rejected(cls, candidate_key: str, backend: str, backend_version: str, threads: int, machine: str,
-                 reason: str, error: float | None = None) -> Record:
+                 reason: str, kind: Rejection, code: str | None, error: float | None = None) -> Record:
         return cls(candidate_key, backend, backend_version, threads, machine, None, None, None, 0, Status.REJECTED,
-                   reason, error=error)
+                   reason, error=error, kind=kind, code=code)
 
     @property
     def timing(self) -> Timing | None:
@@ -284,6 +303,10 @@ class ProfileDB:
 
     def put_many(self, records: Iterable[Record]) -> None:
         """Store records in one transaction: all of them are committed when this returns, or none."""
+        records = list(records)
+        transient = [r for r in records if r.kind is Rejection.TRANSIENT]
+        if transient:
+            raise ValueError(f"a transient failure is not a property of the kernel and is never stored: {transient[0]}")
         rows = [_row(r) for r in records]
         if not rows:
             return
@@ -463,7 +486,7 @@ def _cpu_model(fields: dict[str, str]) -> str | None:
 def _row(record: Record) -> tuple[object, ...]:
     return (record.candidate_key, record.backend, record.backend_version, record.threads, record.machine,
             record.median_s, record.p10_s, record.p90_s, record.runs, record.status.value, record.reason,
-            record.created_at, record.error)
+            record.created_at, record.error, record.kind.value if record.kind is not None else None, record.code)
 
 
 def _error(path: Path, problem: str, advice: str = _ADVICE_DELETE) -> ProfileDBError:

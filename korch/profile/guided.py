@@ -19,9 +19,10 @@ profiles (korch/costmodel) is profiled instead by solving:
 
 A guided backend chooses from every candidate it could run: Inductor's budget of fused candidates
 does not apply to it when it is guided (`ProfileSettings.guided_backends`; not by default, because
-its compiles cost seconds each). Backends without a learned model (a new machine, or too few profiles) are profiled
-as before: every candidate of their budgeted pool. Legality (can the backend compile it at all) is asked before predicting,
-so nothing illegal reaches the solver as an optimistic option.
+its compiles cost seconds each). Backends without a learned model (a new machine, or too few
+profiles) are profiled as before: every candidate of their budgeted pool. Legality (can the backend
+compile it at all) is asked before predicting, so nothing illegal reaches the solver as an
+optimistic option.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ from korch.candidates import Candidate, extract_subgraph
 from korch.costmodel import features_by_key, load_or_train
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
-from korch.profile.database import ProfileDB, Record
+from korch.profile.database import ProfileDB, Record, Rejection
 from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile, record_version
 from korch.select.blp import Option, SelectionError, solve
 from korch.settings import OptimizeSettings
+from korch.version import code_version
 
 log = logging.getLogger("korch.profile")
 
@@ -216,7 +218,7 @@ def _refusals(graph: Graph, pending: Mapping[tuple[str, str], Candidate], settin
         reason = backend.supports(extract_subgraph(graph, cand))
         if reason is not None:
             out.append(Record.rejected(key, name, record_version(backend, settings.profile), settings.threads, machine,
-                                       f"unsupported: {reason}"))
+                                       f"unsupported: {reason}", Rejection.UNSUPPORTED, code_version()))
     return out
 
 

@@ -4,7 +4,10 @@ Kernels are fed the values they would see in the model: one reference run of the
 on random model inputs, streamed in topological order, so intermediate tensors are freed once no
 remaining work needs them. A kernel whose outputs disagree with the reference by more than the
 accuracy policy allows (korch/settings.py: the same rule as the whole-plan check) is rejected with
-the reason and its error stored, and never chosen.
+the reason and its error stored, and never chosen. A stored rejection is trusted only by the korch
+code that made it (korch/version.py); a kernel that failed for a transient reason (out of memory, a
+killed or missing compiler: profile/failures.py) is not chosen in this run and not stored, so the
+next run profiles it again.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from korch.backends.reference import conform, evaluate
 from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model
 from korch.ir.graph import Graph
-from korch.profile.database import ProfileDB, Record, Status
+from korch.profile.database import ProfileDB, Record, Rejection, Status
+from korch.profile.failures import classify_failure
 from korch.profile.timing import CacheSweep, measure
 from korch.settings import AccuracyPolicy, ProfileSettings
 from korch.verify import diff_outputs, fp32_errors, random_feeds
+from korch.version import code_version
 
 log = logging.getLogger("korch.profile")
 
@@ -62,8 +67,14 @@ def accepted(record: Record, tolerance: float) -> bool:
 
 def _retry(record: Record, tolerance: float) -> bool:
     """A stored rejection for accuracy that the current tolerance may accept (or of unknown error)."""
-    return (record.status is Status.REJECTED and record.reason.startswith(ACCURACY_REJECTION)
+    return (record.status is Status.REJECTED and record.kind is Rejection.INACCURATE
             and (record.error is None or record.error <= tolerance))
+
+
+def trusted(record: Record) -> bool:
+    """A stored record this korch may reuse: any timing (keyed by the backend's version), and a
+    rejection made by this very korch code (a change to korch may have fixed what failed)."""
+    return record.status is Status.OK or record.code == code_version()
 
 
 def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequence[Job]):
@@ -128,7 +139,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                 whole_model_key = c.key
         stored = db.get_many(list(reps), name, record_version(backend, settings), threads, machine)
         for key, cand in reps.items():
-            if key in stored:
+            if key in stored and trusted(stored[key]):
                 records[(key, name)] = stored[key]
             else:
                 jobs.append(Job(cand, name))
@@ -150,17 +161,25 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     seconds: dict[str, float] = {}
     sweep = CacheSweep() if settings.cold_cache else None
     stream = _streamed_values(graph, feeds, jobs)
+    transient: list[Record] = []
     for done in range(1, len(jobs) + 1):
         t0 = time.perf_counter()
         job, env = next(stream)
         seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
         record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds, sweep)
-        db.put(record)
+        if record.kind is Rejection.TRANSIENT:
+            transient.append(record)
+        else:
+            db.put(record)
         records[(job.candidate.key, job.backend)] = record
         if progress is not None:
             progress(done, len(jobs), job.backend)
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
+    if transient:
+        log.warning("profile: %d kernel(s) failed for a reason of the machine, not the kernel (first: %s); "
+                    "they are left out of this run's plan and profiled again next run",
+                    len(transient), transient[0].reason)
     return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds)
 
 
@@ -191,14 +210,14 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         seconds[key] = seconds.get(key, 0.0) + now - clock
         clock = now
 
-    def rejected(reason: str, error: float | None = None) -> Record:
+    def rejected(reason: str, kind: Rejection, error: float | None = None) -> Record:
         return Record.rejected(cand.key, job.backend, record_version(backend, settings), threads, machine, reason,
-                               error)
+                               kind, code_version(), error)
 
     sub = extract_subgraph(graph, cand)
     reason = backend.supports(sub)
     if reason is not None:
-        return rejected(f"unsupported: {reason}")
+        return rejected(f"unsupported: {reason}", Rejection.UNSUPPORTED)
     if cand.size == len(graph.nodes):        # the whole model: as a plan of one kernel runs it
         options = replace(options, runs_alone=True)
     try:
@@ -208,17 +227,21 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     except Exception as e:  # a backend failing on one candidate must not stop the optimizer
         log.debug("%s failed on %s", job.backend, cand.key[:12], exc_info=True)
         lap("compile")
-        return rejected(f"compile/run failed: {type(e).__name__}: {str(e)[:200]}")
+        kind = classify_failure(e)
+        prefix = "compile/run failed" if kind is Rejection.FAILED else "transient failure"
+        return rejected(f"{prefix}: {type(e).__name__}: {str(e)[:200]}", kind)
     lap("compile")
     diffs = diff_outputs(dict(zip(cand.outputs, outputs)), {o: env[o] for o in cand.outputs})
     worst = max((d.rel for d in diffs), default=0.0)
     lap("check")
     if not worst <= tolerance:
-        return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", worst)
+        return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", Rejection.INACCURATE,
+                        worst)
     timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
                      min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep)
     lap("timing")
-    return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst)
+    return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst,
+                     code_version())
 
 
 def record_version(backend: Backend, settings: ProfileSettings) -> str:

@@ -21,6 +21,7 @@ from korch.profile.database import (
     ProfileDB,
     ProfileDBError,
     Record,
+    Rejection,
     Status,
     default_cache_dir,
     machine_fingerprint,
@@ -54,7 +55,8 @@ def stored_keys(path: Path) -> set[str]:
 
 def test_round_trip_ok_and_rejected(tmp_path: Path) -> None:
     measured = ok("k1")
-    rejected = Record.rejected("k2", "inductor", "torch-2.13", 2, MACHINE, "disagrees with reference: rel err 3e-2")
+    rejected = Record.rejected("k2", "inductor", "torch-2.13", 2, MACHINE, "disagrees with reference: rel err 3e-2",
+                               Rejection.INACCURATE, "code-1", 3e-2)
     with ProfileDB(tmp_path / "p.sqlite") as db:
         db.put(measured)
         db.put(rejected)
@@ -161,7 +163,8 @@ def test_features_and_sightings_feed_cost_models_and_older_files_gain_the_tables
     path = tmp_path / "p.sqlite"
     with ProfileDB(path) as db:
         db.put_many([ok("a", median=2e-5), ok("b", median=3e-5), ok("c", backend="onnxruntime"),
-                     Record.rejected("d", "inductor", "torch-2.13", 2, MACHINE, "unsupported: x")])
+                     Record.rejected("d", "inductor", "torch-2.13", 2, MACHINE, "unsupported: x", Rejection.UNSUPPORTED,
+                                     "code-1")])
         db.put_features("model-1", 1, {"a": (1.0, 2.0), "b": (3.0, 4.0), "d": (0.0, 0.0)})
         db.put_features("model-2", 1, {"a": (9.0, 9.0)})          # same key, same version: first vector kept
         rows = {r.candidate_key: r for r in db.timed_with_features("inductor", MACHINE, 1)}

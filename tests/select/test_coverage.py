@@ -14,9 +14,10 @@ from korch.cli import main
 from korch.errors import ExitCode
 from korch.pipeline import optimize
 from korch.profile import profiler
-from korch.profile.database import ProfileDB, Record
+from korch.profile.database import ProfileDB, Record, Rejection
 from korch.select import SelectionError
 from korch.settings import QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
+from korch.version import code_version
 
 BACKENDS = ("onnxruntime", "reference")
 SETTINGS = OptimizeSettings(threads=1, backends=BACKENDS, profile=QUICK_PROFILE, selection=QUICK_SELECTION)
@@ -47,7 +48,8 @@ def sigmoid_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     def refusing(graph, job, env, options, threads, machine, source, settings, *args) -> Record:
         if any(graph.nodes[i].op == "sigmoid" for i in job.candidate.nodes):
             version = profiler.record_version(profiler.get_backend(job.backend), settings)
-            return Record.rejected(job.candidate.key, job.backend, version, threads, machine, REFUSALS[job.backend])
+            return Record.rejected(job.candidate.key, job.backend, version, threads, machine, REFUSALS[job.backend],
+                                   Rejection.UNSUPPORTED, code_version())
         return measure_one(graph, job, env, options, threads, machine, source, settings, *args)
 
     monkeypatch.setattr(profiler, "_measure_one", refusing)
