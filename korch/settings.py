@@ -22,6 +22,11 @@ class ProfileSettings:
     warmup: int = 2
     repeats: int = 5
     min_seconds: float = 0.05
+    # ... unless the median is pinned within +-precision sooner (timing.median_known: a 90% interval
+    # from order statistics), after `repeats` runs. On a quiet machine most kernels stop at a handful
+    # of runs; a noisy one still gets min_seconds. Profiles repeat within ~4% of each other at this
+    # setting and at none (benchmarks/profile_repeatability.py), for a fraction of the timing.
+    precision: float | None = 0.03
     # Time every kernel but a whole model after a sweep of the last-level cache (timing.CacheSweep), as
     # it starts in a plan; a whole model runs back to back in use, and is timed so. Part of the
     # profile records' key, so records timed one way are never read as the other.

@@ -238,7 +238,8 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", Rejection.INACCURATE,
                         worst)
     timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
-                     min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep)
+                     min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep,
+                     precision=settings.precision)
     lap("timing")
     return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst,
                      code_version())

@@ -2,7 +2,9 @@
 
 `measure` times one callable: warm-up calls first, then timed calls until both a minimum number of
 runs and a minimum total time are reached (a fast kernel gets many runs, so that timer resolution and
-jitter average out; a slow one gets `repeats`), never more than a run cap. `interleaved` times several
+jitter average out; a slow one gets `repeats`), never more than a run cap. With a `precision`, it stops
+sooner, as soon as the median is known that well (a distribution-free confidence interval from the
+order statistics): on a quiet machine a kernel needs a handful of runs, on a noisy one it gets them all. `interleaved` times several
 callables side by side, alternating them round by round, so that a slow phase of a noisy machine
 (another process, frequency scaling) hits every system alike instead of the one that happened to run
 during it.
@@ -12,6 +14,7 @@ The clock is a parameter (nanoseconds, like `time.perf_counter_ns`) so that test
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +31,9 @@ DEFAULT_REPEATS = 20
 DEFAULT_MIN_SECONDS = 0.05
 # Bounds a ~1 µs kernel under `min_seconds`: more samples than this no longer move the median.
 MAX_RUNS = 10_000
+# The normal quantile of a two-sided 90% confidence interval: how sure `measure(precision=...)` is
+# that the median lies within its interval when it stops early.
+MEDIAN_CI_Z = 1.645
 # Side by side (`korch bench`, and optimize's last check of its plan): a round should last at least this
 # long per system, so microsecond models are not timer noise.
 MIN_ROUND_SECONDS = 0.002
@@ -99,29 +105,52 @@ class Timing:
 
 def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS,
             min_seconds: float = DEFAULT_MIN_SECONDS, max_runs: int = MAX_RUNS,
-            clock: Clock = time.perf_counter_ns, before: Callable[[], object] | None = None) -> Timing:
+            clock: Clock = time.perf_counter_ns, before: Callable[[], object] | None = None,
+            precision: float | None = None) -> Timing:
     """Time `fn()`: `warmup` untimed calls, then timed calls until `repeats` runs and `min_seconds` are done.
 
     Each call is timed on its own. The time counted toward `min_seconds` is wall time since the first
     timed call (loop overhead included), so a callable that returns at once still ends. Stops at
     `max_runs` timed calls whatever the elapsed time. `before`, if given, runs untimed before every
     timed call (a CacheSweep: each call then starts as it would inside a plan).
+
+    `precision` (a fraction): once `repeats` runs are done, stop as soon as the median is pinned
+    within +-precision (`median_known`), without waiting for `min_seconds`.
     """
     _check_counts(warmup=warmup, repeats=repeats, max_runs=max_runs)
     if min_seconds < 0:
         raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
+    if precision is not None and not precision > 0:
+        raise ValueError(f"precision must be > 0, got {precision}")
     for _ in range(warmup):
         fn()
     min_ns = min_seconds * 1e9
     samples: list[int] = []
     start = clock()
     while len(samples) < max_runs and (len(samples) < repeats or clock() - start < min_ns):
+        if precision is not None and len(samples) >= repeats and median_known(samples, precision):
+            break
         if before is not None:
             before()
         t0 = clock()
         fn()
         samples.append(clock() - t0)
     return summarize([s / 1e9 for s in samples])
+
+
+def median_known(samples: Sequence[float], precision: float) -> bool:
+    """Whether a 90% confidence interval of the median, from order statistics (no assumption on the
+    distribution), lies within median x (1 +- precision). With n samples it runs from the
+    floor(n/2 - z sqrt(n)/2)-th to the ceil(n/2 + z sqrt(n)/2)-th smallest, so with 5 it is min to max."""
+    n = len(samples)
+    if n == 0:
+        return False
+    ordered = sorted(samples)
+    half = MEDIAN_CI_Z * math.sqrt(n) / 2
+    low = ordered[max(0, math.floor(n / 2 - half))]
+    high = ordered[min(n - 1, math.ceil(n / 2 + half))]
+    median = _quantile(ordered, 0.5)
+    return median * (1 - precision) <= low and high <= median * (1 + precision)
 
 
 def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup: int = DEFAULT_WARMUP,

@@ -53,6 +53,32 @@ def test_median_and_percentiles_interpolate() -> None:
     assert timing.p90_s == pytest.approx(9.1e-6, rel=REL)     # 9 + 0.1 * (10 - 9) µs
 
 
+def test_precision_stops_once_the_median_is_pinned_and_not_before_repeats() -> None:
+    clock = FakeClock()
+    steady = clock.task("f", [1_000_000, 1_010_000, 990_000])        # 1 ms, +-1%
+    timing = measure(steady, warmup=0, repeats=5, min_seconds=1.0, clock=clock, precision=0.03)
+    assert timing.runs == 5                                           # not the 1000 runs min_seconds asks for
+    assert timing.median_s == pytest.approx(1e-3, rel=0.02)
+    clock = FakeClock()
+    noisy = clock.task("f", [1_000_000, 2_000_000, 500_000, 1_500_000])
+    timing = measure(noisy, warmup=0, repeats=5, min_seconds=0.1, clock=clock, precision=0.03)
+    assert timing.runs > 50                                           # never pinned: min_seconds decides
+    clock = FakeClock()
+    timing = measure(clock.task("f", [1_000_000]), warmup=0, repeats=3, min_seconds=0.010, clock=clock)
+    assert timing.runs == 10                                          # no precision: as before
+
+
+def test_median_is_known_from_order_statistics() -> None:
+    from korch.profile.timing import median_known
+
+    assert median_known([100, 101, 99, 100, 102], 0.03)
+    assert not median_known([100, 101, 99, 100, 110], 0.03)          # with five, min to max must fit
+    assert median_known([100] * 9 + [150], 0.03)                      # with ten, one outlier falls outside
+    assert not median_known([], 0.03)
+    with pytest.raises(ValueError, match="precision"):
+        measure(lambda: None, precision=0.0)
+
+
 def test_min_seconds_extends_runs_beyond_repeats() -> None:
     clock = FakeClock()
     fn = clock.task("f", [1_000_000])                          # 1 ms per call
