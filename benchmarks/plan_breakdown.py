@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from korch.api import default_backends
     from korch.frontend.regions import OnnxSource
-    from korch.pipeline import build_options, enumerate_all, profile_pools, run_fission
+    from korch.pipeline import build_options, enumerate_all, plan_checker, profile_pools, run_fission
     from korch.profile.boundaries import boundary_model
     from korch.profile.database import ProfileDB, machine_fingerprint
     from korch.profile.profiler import profile
@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     options, steps = build_options(graph, cands, profiled, settings)
     boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
                                 settings.profile.cold_cache)
-    ctx = _Context(graph, options, steps, source, settings, machine, boundaries)
+    ctx = _Context(graph, options, steps, source, settings, machine, boundaries,
+                   plan_checker(graph, fissioned.model, settings))
     selection = ctx.solve(ctx.split_options)
     plan, predicted = ctx.plan(selection)
     kernels = [compile_step(plan, s) for s in plan.steps]

@@ -41,6 +41,8 @@ class CompileOptions:
     # The kernel is its plan's only one (one engine running the whole model): nothing runs between its
     # calls, so a thread pool may keep spinning after a call and find its threads awake on the next.
     runs_alone: bool = False
+    # CPUs the kernel's pool workers are held to, one each (backends/placement.py); () leaves them free.
+    worker_cpus: tuple[int, ...] = ()
 
 
 class Backend(ABC):

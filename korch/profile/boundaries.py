@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("korch.profile")
 
 # Changes when the calibration procedure changes: stored calibrations of another procedure are redone.
-PROCEDURE = "chain-v3-kernels-as-profiled"
+PROCEDURE = "chain-v4-threads-placed"
 BLOCKED, PLAIN = "blocked", "plain"
 LAYOUTS = (BLOCKED, PLAIN)
 CHANNELS = 32
@@ -165,8 +165,9 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
     MEASURE_SECONDS), in `rounds` rounds of rotating order; medians over the rounds. Turns of a few
     calls after a pause (side_by_side) would time thread pools waking, not kernels: an Inductor
     kernel read 0.7 ms alone that way and 0.1 ms inside the chain."""
+    from korch.backends.placement import pinned
     from korch.profile.timing import CacheSweep, measure, summarize
-    from korch.runtime.session import Session, compile_step
+    from korch.runtime.session import Session, compile_step, plan_placement
 
     sweep = CacheSweep() if cold_cache else None
 
@@ -184,10 +185,13 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
         fns.setdefault(f"alone:{step.backend}", lambda k=kernel, i=inputs: k.run(i))
     names = list(fns)
     samples: dict[str, list[float]] = {name: [] for name in names}
+    where = plan_placement(plan)          # kernels alone with their threads placed as in the plan (and profiled)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            before = sweep if name.startswith("alone:") else None
-            samples[name].append(measure(fns[name], min_seconds=MEASURE_SECONDS, before=before).median_s)
+            alone = name.startswith("alone:")
+            with pinned(where.caller if alone and where is not None else None):
+                samples[name].append(measure(fns[name], min_seconds=MEASURE_SECONDS,
+                                             before=sweep if alone else None).median_s)
     timings = {name: summarize(values) for name, values in samples.items()}
     sum_alone = sum(timings[f"alone:{step.backend}"].median_s for step in plan.steps)
     p = timings["plan"]

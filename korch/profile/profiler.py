@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from korch.backends import Backend, CompileOptions, Kernel, get_backend
+from korch.backends.placement import pinned, placement
 from korch.backends.reference import conform, evaluate
 from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model
@@ -157,7 +158,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     log.info("profile: %d pairs stored, %d to measure; kernels accepted within %.2e of the reference%s",
              stored_count, len(jobs), tolerance,
              f" (onnxruntime's own error {fp32_error:.2e})" if fp32_error is not None else "")
-    options = CompileOptions(threads=threads)
+    where = placement(threads)           # kernels are timed with their threads placed as in a split plan
+    options = CompileOptions(threads=threads, worker_cpus=where.workers if where is not None else ())
     seconds: dict[str, float] = {}
     sweep = CacheSweep() if settings.cold_cache else None
     stream = _streamed_values(graph, feeds, jobs)
@@ -237,9 +239,11 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     if not worst <= tolerance:
         return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", Rejection.INACCURATE,
                         worst)
-    timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
-                     min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep,
-                     precision=settings.precision)
+    where = None if options.runs_alone else placement(threads)
+    with pinned(where.caller if where is not None else None):
+        timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
+                         min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep,
+                         precision=settings.precision)
     lap("timing")
     return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst,
                      code_version())

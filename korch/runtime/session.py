@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from korch.backends import CompileOptions, Kernel, get_backend
+from korch.backends.placement import Placement, pinned, placement
 from korch.errors import ExitCode, KorchError, UsageError
 from korch.ir.types import TensorType
 from korch.plan import Plan, Step, load_plan
@@ -50,10 +51,18 @@ class _Op:
     step: int
 
 
+def plan_placement(plan: Plan) -> Placement | None:
+    """Where a plan's threads run (backends/placement.py): only a plan of several kernels is pinned;
+    one engine running the whole model keeps its pool spinning and runs as its users run it."""
+    return placement(plan.threads) if len(plan.steps) > 1 else None
+
+
 def compile_step(plan: Plan, step: Step) -> Kernel:
     """The step's kernel: from the ready ONNX model a saved plan holds for it (read as bytes; nothing
     parses it but the engine), else cut from the source or built from the primitive graph."""
-    options = CompileOptions(threads=plan.threads, runs_alone=len(plan.steps) == 1)
+    where = plan_placement(plan)
+    options = CompileOptions(threads=plan.threads, runs_alone=len(plan.steps) == 1,
+                             worker_cpus=where.workers if where is not None else ())
     model = plan.models.get(step)
     if model is not None:
         weights = plan.source.weights_dir if plan.source is not None else None
@@ -111,6 +120,8 @@ class Session:
             free = tuple(dict.fromkeys(dead_inputs + unused_outputs))
             ops.append(_Op(kernel.run, step.inputs, step.outputs, free, k))
         self._ops = tuple(ops)
+        where = plan_placement(plan)
+        self._caller_cpu = where.caller if where is not None else None      # held there while the plan runs
 
     def get_inputs(self) -> list[tuple[str, TensorType]]:
         return list(self._input_types.items())
@@ -160,15 +171,16 @@ class Session:
         return times
 
     def _execute(self, env: dict[str, np.ndarray], ops: Sequence[_Op]) -> dict[str, np.ndarray]:
-        for op in ops:
-            try:
-                results = op.run([env[i] for i in op.inputs])   # type: ignore[operator]
-            except Exception as e:
-                raise KernelRunError(self._failure(op.step, e)) from e
-            for name, value in zip(op.outputs, results):
-                env[name] = value
-            for name in op.free:
-                del env[name]
+        with pinned(self._caller_cpu):
+            for op in ops:
+                try:
+                    results = op.run([env[i] for i in op.inputs])   # type: ignore[operator]
+                except Exception as e:
+                    raise KernelRunError(self._failure(op.step, e)) from e
+                for name, value in zip(op.outputs, results):
+                    env[name] = value
+                for name in op.free:
+                    del env[name]
         return env
 
     def _failure(self, k: int, error: Exception) -> str:

@@ -46,7 +46,7 @@ def _register_shared_arena() -> None:
 
 
 def make_session(model: onnx.ModelProto | bytes | str, threads: int, stop_spinning: bool = False,
-                 external_dir: Path | None = None) -> ort.InferenceSession:
+                 external_dir: Path | None = None, worker_cpus: Sequence[int] = ()) -> ort.InferenceSession:
     """An onnxruntime CPU session. `stop_spinning=True` for sessions that run one after another with
     other kernels: the pool spins during a run (fast hand-off between its ops) but parks when run()
     returns. A pool left spinning keeps both cores busy and slowed candy's 9-kernel plan from 60 ms
@@ -61,7 +61,10 @@ def make_session(model: onnx.ModelProto | bytes | str, threads: int, stop_spinni
 
     `external_dir`: the directory the model's EXTERNAL initializers are relative to (a saved plan's
     weights file). onnxruntime maps them itself: bert-base's whole-model session peaks at 440 MB
-    this way, 720 MB from the .onnx file with embedded weights."""
+    this way, 720 MB from the .onnx file with embedded weights.
+
+    `worker_cpus`: one CPU per pool worker (threads - 1), each worker held to its own
+    (backends/placement.py: a parked worker woken on its caller's CPU halves a kernel's speed)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
@@ -74,6 +77,11 @@ def make_session(model: onnx.ModelProto | bytes | str, threads: int, stop_spinni
         options.add_session_config_entry("session.use_env_allocators", "1")
     if external_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_dir))
+    if worker_cpus:
+        if len(worker_cpus) != threads - 1:
+            raise ValueError(f"{threads} threads have {threads - 1} pool workers, not {len(worker_cpus)} CPUs for them")
+        options.add_session_config_entry("session.intra_op_thread_affinities",
+                                         ";".join(str(cpu + 1) for cpu in worker_cpus))   # numbered from 1
     # a path or serialized bytes go to onnxruntime as they are: nothing here parses them
     source = model if isinstance(model, (str, bytes)) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
@@ -92,8 +100,8 @@ class OnnxRuntimeKernel(Kernel):
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     # Session settings that change timings: pools park after a call, except a kernel that runs alone;
-    # kernels that run among others share one arena.
-    version = "onnxruntime-" + ort.__version__ + "-spinstop-alone-spins-shared-arena"
+    # kernels that run among others share one arena and hold their workers to CPUs of their own.
+    version = "onnxruntime-" + ort.__version__ + "-spinstop-alone-spins-shared-arena-placed"
     accepts_onnx = True
 
     def supports(self, graph: Graph) -> str | None:
@@ -108,5 +116,6 @@ class OnnxRuntimeBackend(Backend):
                      options: CompileOptions, external_dir: Path | None = None) -> Kernel:
         """Compile an ONNX model directly (e.g. the original ONNX nodes of a region), in memory or
         serialized (a saved plan's ready model)."""
-        session = make_session(model, options.threads, stop_spinning=not options.runs_alone, external_dir=external_dir)
+        session = make_session(model, options.threads, stop_spinning=not options.runs_alone, external_dir=external_dir,
+                               worker_cpus=() if options.runs_alone else options.worker_cpus)
         return OnnxRuntimeKernel(session, inputs, outputs)

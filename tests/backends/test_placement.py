@@ -1,0 +1,104 @@
+"""A split plan's threads are placed: the caller held to one CPU while the plan runs, each onnxruntime
+pool worker to another, so a parked worker is never woken onto its caller's CPU."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from korch.backends.placement import Placement, pinned, placement
+
+needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                    reason="placing threads needs two CPUs this process may use")
+
+
+def test_one_thread_or_too_few_cpus_place_nothing() -> None:
+    assert placement(1) is None
+    if hasattr(os, "sched_getaffinity"):
+        assert placement(len(os.sched_getaffinity(0)) + 1) is None
+
+
+@needs_two_cpus
+def test_placement_takes_the_first_cpus_the_process_may_use() -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    assert placement(2) == Placement(allowed[0], (allowed[1],))
+
+
+@needs_two_cpus
+def test_pinned_holds_the_calling_thread_and_restores_it() -> None:
+    before = os.sched_getaffinity(0)
+    cpu = sorted(before)[-1]
+    with pinned(cpu):
+        assert os.sched_getaffinity(0) == {cpu}
+    assert os.sched_getaffinity(0) == before
+    with pytest.raises(ZeroDivisionError):                 # restored on the way out of an error too
+        with pinned(cpu):
+            1 / 0
+    assert os.sched_getaffinity(0) == before
+    with pinned(None):
+        assert os.sched_getaffinity(0) == before
+
+
+def _relu_model() -> bytes:
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 64, 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@needs_two_cpus
+def test_onnxruntime_kernel_workers_are_held_to_their_cpus() -> None:
+    from korch.backends import CompileOptions, get_backend
+
+    worker = sorted(os.sched_getaffinity(0))[1]
+    backend = get_backend("onnxruntime")            # (loading onnxruntime may start threads of its own)
+    backend.compile_onnx(_relu_model(), ["x"], ["y"], CompileOptions(threads=1))
+    before = set(os.listdir("/proc/self/task"))
+    kernel = backend.compile_onnx(_relu_model(), ["x"], ["y"], CompileOptions(threads=2, worker_cpus=(worker,)))
+    x = np.random.default_rng(0).standard_normal((1, 64, 64, 64)).astype(np.float32)
+    (y,) = kernel.run([x])
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    started = set(os.listdir("/proc/self/task")) - before
+    assert started, "a two-thread session starts one pool worker"
+    assert all(os.sched_getaffinity(int(tid)) == {worker} for tid in started)
+    with pytest.raises(ValueError, match="pool workers"):
+        backend.compile_onnx(_relu_model(), ["x"], ["y"], CompileOptions(threads=2, worker_cpus=(0, 1)))
+
+
+@needs_two_cpus
+def test_a_split_plan_holds_its_caller_while_it_runs_and_a_whole_model_does_not() -> None:
+    from korch.pipeline import run_fission
+    from korch.plan import Plan, Step
+    from korch.runtime import Session
+
+    nodes = [helper.make_node("Neg", [f"v{k}"], [f"v{k + 1}"], name=f"neg{k}") for k in range(3)]
+    model = helper.make_model(helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [4])],
+                                                [helper.make_tensor_value_info("v3", TensorProto.FLOAT, [4])]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    graph = run_fission(model).graph
+    seen: list[set[int]] = []
+
+    class Recording:
+        def run(self, inputs):
+            seen.append(os.sched_getaffinity(0))
+            return [-inputs[0]]
+
+    def run(steps: tuple[Step, ...]) -> np.ndarray:
+        plan = Plan(graph, steps, 2, "machine", "version")
+        (y,) = Session(plan, [Recording() for _ in steps]).run(None, {graph.inputs[0]: np.ones(4, np.float32)})
+        return y
+
+    before = os.sched_getaffinity(0)
+    split = tuple(Step("recording", (k,), n.inputs, (n.output,), f"k{k}", 0.0) for k, n in enumerate(graph.nodes))
+    np.testing.assert_array_equal(run(split), -np.ones(4, np.float32))
+    assert seen == [{placement(2).caller}] * 3 and os.sched_getaffinity(0) == before
+    seen.clear()
+    whole = (Step("recording", (0, 1, 2), graph.inputs, graph.outputs, "all", 0.0),)
+    run(whole)
+    assert seen == [before]                        # one engine running the whole model runs as its users run it
