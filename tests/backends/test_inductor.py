@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 # torch.compile itself triggers this deprecation inside torch; it says nothing about korch.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
@@ -165,6 +165,33 @@ def test_fused_candidate_matches_reference(make: Any, threads: int, caplog: pyte
     for _ in range(2):
         feeds = {name: rng.standard_normal(graph.types[name].shape).astype(F32) for name in graph.inputs}
         _run_and_compare(graph, kernel, feeds, seed)
+
+
+def test_a_kernels_generated_code_and_constants_are_freed_with_it() -> None:
+    """Inductor registers every module it loads (PyCodeCache.modules, sys.modules), and a frozen
+    graph's module holds the prepacked constants: the kernel must own them, or every profiled
+    candidate's weights stay in memory until exit."""
+    import gc
+    import sys
+    import weakref
+
+    from torch._inductor.codecache import PyCodeCache
+
+    seed = int(np.random.default_rng().integers(2**31))
+    rng = np.random.default_rng(seed)
+    graph = mlp_gelu(rng)
+    kernel = InductorBackend().compile(graph, CompileOptions(threads=1))
+    frozen = [m for m in kernel.modules if any(isinstance(v, torch.Tensor) for v in vars(m).values())]
+    assert frozen, "no module of the kernel holds its frozen constants"
+    registered = [m for m in kernel.modules
+                  if any(m is r for r in PyCodeCache.modules) or sys.modules.get(m.__name__) is m]
+    assert not registered, "the kernel's modules are still in Inductor's registries"
+    feeds = {"x": rng.standard_normal((8, 32)).astype(F32)}
+    _run_and_compare(graph, kernel, feeds, seed)          # still runs, out of the registries
+    alive = [weakref.ref(m) for m in frozen]
+    del kernel, frozen
+    gc.collect()
+    assert all(ref() is None for ref in alive), "a kernel's frozen constants outlived it"
 
 
 def _one_op(op: str, inputs: list[TensorType], attrs: dict[str, Any], constant: np.ndarray | None = None) -> Graph:
