@@ -113,6 +113,34 @@ def test_plan_outputs_onnxruntime_cannot_judge_are_judged_against_the_reference(
     assert "from the float64 reference against tolerance" in bad.summary() and "FAILED" in bad.summary()
 
 
+def test_plan_checker_runs_onnxruntime_once_for_all_plans_and_keeps_no_session(monkeypatch) -> None:
+    """Contending plans share one onnxruntime session, used for every seed on first need and then
+    dropped (a whole-model session held through selection doubled the model's weights in memory)."""
+    import gc
+    import weakref
+
+    import korch.verify as verify
+    from korch.pipeline import run_fission
+
+    model = cancelling_sum()
+    graph = run_fission(model).graph
+    policy = AccuracyPolicy()
+    made, original = [], verify.onnxruntime_runner
+    plan = original(model)          # the "plan" checked: onnxruntime itself, made before counting
+
+    def runner(m, threads=0):
+        run = original(m, threads)
+        made.append(weakref.ref(run))
+        return run
+
+    monkeypatch.setattr(verify, "onnxruntime_runner", runner)
+    checker = verify.PlanChecker(graph, model, [5, 6, 7], policy.rtol, policy.tolerance)
+    for _ in range(2):
+        assert checker(plan).ok
+    gc.collect()
+    assert len(made) == 1 and made[0]() is None
+
+
 # Each kernel of the sloppy backend is this far (relative) from exact: within the 1e-4 a kernel is
 # allowed, but a chain of them adds up past what the plan's output is allowed.
 SLOPPY = 9e-5
