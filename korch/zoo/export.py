@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import multiprocessing
 import os
 import uuid
 import warnings
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -134,14 +136,43 @@ def cached_export(name: str, cache_dir: str | os.PathLike, seed: int = 0) -> Pat
     """The zoo model as an ONNX file under `cache_dir/zoo`, exported on first use.
 
     Building and exporting takes 3-30 s (most of a warm `korch optimize`); the file is keyed by
-    model, seed and export_fingerprint(), so a changed zoo or exporter makes a new one."""
+    model, seed and export_fingerprint(), so a changed zoo or exporter makes a new one. The export
+    runs in a child process: torch's exporter keeps the module's parameters alive after it returns
+    (bert-base: 414 MB, held through the rest of a cold optimize, which a user's own file never
+    pays). Raises OSError if the child fails; building in this process then shows why."""
     get_model(name)    # unknown names fail here, before anything is written
     directory = Path(cache_dir) / "zoo"
     path = directory / f"{name}-seed{seed}-{export_fingerprint()}.onnx"
     if not path.is_file():
         directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(to_model_proto(name, seed), path)
+        _export_in_child(name, path, seed)
     return path
+
+
+def _export_in_child(name: str, path: Path, seed: int) -> None:
+    context = multiprocessing.get_context("spawn")      # a fresh interpreter: nothing of this one's state
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child_export, args=(name, os.fspath(path), seed, send),
+                            name=f"korch zoo export {name}")
+    child.start()
+    send.close()
+    try:
+        error = receive.recv()
+    except EOFError:            # it died without a word: its exit code says how
+        error = None
+    child.join()
+    if error is None and child.exitcode != 0:
+        error = f"the exporting process exited with code {child.exitcode}"
+    if error is not None:
+        raise OSError(f"exporting zoo model {name} to {path} failed: {error}")
+
+
+def _child_export(name: str, path: str, seed: int, send: Any) -> None:
+    try:
+        export_onnx(name, path, seed)
+        send.send(None)
+    except BaseException as e:  # reported to the parent, which decides what the user sees
+        send.send(f"{type(e).__name__}: {e}")
 
 
 def _write_atomic(proto: onnx.ModelProto, path: str | os.PathLike) -> None:

@@ -211,21 +211,36 @@ def test_full_model_output_depends_on_input(name: str) -> None:
     _assert_sensitive(_eager(module, first), _eager(module, second))
 
 
-def test_cached_export_exports_once_and_matches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    real = zoo_export.to_model_proto
+def test_cached_export_exports_once_in_a_child_and_matches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exported in a child process (torch's exporter keeps the module alive in the process that
+    exports), once: the second call finds the file and starts no child."""
+    children = []
+    real = zoo_export._export_in_child
 
-    def counting(name: str, seed: int = 0) -> onnx.ModelProto:
-        calls.append(name)
-        return real(name, seed)
+    def counting(name: str, path: Path, seed: int) -> None:
+        children.append(name)
+        real(name, path, seed)
 
-    monkeypatch.setattr(zoo_export, "to_model_proto", counting)
+    monkeypatch.setattr(zoo_export, "_export_in_child", counting)
+    monkeypatch.setattr(zoo_export, "to_model_proto", None)       # never in this process
     first = zoo.cached_export("candy-mini", tmp_path)
     second = zoo.cached_export("candy-mini", tmp_path)
-    assert first == second and calls == ["candy-mini"]
+    assert first == second and children == ["candy-mini"]
     assert [p.name for p in (tmp_path / "zoo").iterdir()] == [first.name]    # no temp file left
-    assert onnx.load(os.fspath(first)).SerializeToString() == real("candy-mini").SerializeToString()
+    monkeypatch.undo()
+    assert onnx.load(os.fspath(first)).SerializeToString() == zoo.to_model_proto("candy-mini").SerializeToString()
     assert zoo.cached_export("candy-mini", tmp_path, seed=1) != first
+
+
+def test_a_failed_export_in_the_child_is_an_os_error_that_names_the_model(tmp_path: Path) -> None:
+    """The child's error comes back as an OSError naming the model and the child's reason (and
+    resolve_model then builds in memory, where a real export error shows itself). Here the
+    target is a directory, so the child's final rename fails."""
+    target = tmp_path / "zoo" / f"candy-mini-seed0-{zoo_export.export_fingerprint()}.onnx"
+    target.mkdir(parents=True)
+    with pytest.raises(OSError, match="exporting zoo model candy-mini .* failed: IsADirectoryError"):
+        zoo.cached_export("candy-mini", tmp_path)
+    assert sorted(p.name for p in (tmp_path / "zoo").iterdir()) == [target.name]      # no temp file left
 
 
 def test_cached_export_refuses_unknown_names_before_writing(tmp_path: Path) -> None:
