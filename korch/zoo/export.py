@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import multiprocessing
 import os
+import subprocess
+import sys
 import uuid
 import warnings
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -150,29 +150,17 @@ def cached_export(name: str, cache_dir: str | os.PathLike, seed: int = 0) -> Pat
 
 
 def _export_in_child(name: str, path: Path, seed: int) -> None:
-    context = multiprocessing.get_context("spawn")      # a fresh interpreter: nothing of this one's state
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_child_export, args=(name, os.fspath(path), seed, send),
-                            name=f"korch zoo export {name}")
-    child.start()
-    send.close()
-    try:
-        error = receive.recv()
-    except EOFError:            # it died without a word: its exit code says how
-        error = None
-    child.join()
-    if error is None and child.exitcode != 0:
-        error = f"the exporting process exited with code {child.exitcode}"
-    if error is not None:
-        raise OSError(f"exporting zoo model {name} to {path} failed: {error}")
-
-
-def _child_export(name: str, path: str, seed: int, send: Any) -> None:
-    try:
-        export_onnx(name, path, seed)
-        send.send(None)
-    except BaseException as e:  # reported to the parent, which decides what the user sees
-        send.send(f"{type(e).__name__}: {e}")
+    """A fresh interpreter running export_onnx, with this korch first on its path. (Not
+    multiprocessing: spawn re-runs the caller's __main__, a user's script, in the child.)"""
+    root = str(Path(__file__).resolve().parents[2])          # the directory holding the korch package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    code = "import sys; from korch.zoo.export import export_onnx; export_onnx(sys.argv[1], sys.argv[2], int(sys.argv[3]))"
+    child = subprocess.run([sys.executable, "-c", code, name, os.fspath(path), str(seed)], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if child.returncode != 0:
+        lines = [line for line in child.stderr.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"the exporting process exited with code {child.returncode}"
+        raise OSError(f"exporting zoo model {name} to {path} failed: {reason}")
 
 
 def _write_atomic(proto: onnx.ModelProto, path: str | os.PathLike) -> None:
