@@ -180,8 +180,8 @@ def kernel_modules() -> Iterator[list[ModuleType]]:
     registries (PyCodeCache.modules and sys.modules), so they live as long as the kernel holding
     them. Inductor keeps every module it ever loads there, and a frozen graph's module holds the
     folded and prepacked constants as attributes: without this, every profiled candidate's weights
-    stayed in memory until exit (a 16 MB weight kept 45 MB per compile; bert-base's optimize
-    peaked at 8.6 GB). Modules without constants (Inductor reuses them by path) stay registered."""
+    stayed in memory until exit (benchmarks/inductor_retained.py: +33 MB per dropped kernel with a
+    16 MB weight). Modules without constants (Inductor reuses them by path) stay registered."""
     from torch._inductor.codecache import PyCodeCache
 
     before = len(PyCodeCache.modules)
