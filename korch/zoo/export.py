@@ -149,13 +149,23 @@ def cached_export(name: str, cache_dir: str | os.PathLike, seed: int = 0) -> Pat
     return path
 
 
+_CHILD_EXPORT = """
+import sys
+name, path, seed, root = sys.argv[1:]
+if root not in sys.path:
+    sys.path.insert(0, root)
+from korch.zoo.export import export_onnx
+export_onnx(name, path, int(seed))
+"""
+
+
 def _export_in_child(name: str, path: Path, seed: int) -> None:
-    """A fresh interpreter running export_onnx, with this korch first on its path. (Not
-    multiprocessing: spawn re-runs the caller's __main__, a user's script, in the child.)"""
-    root = str(Path(__file__).resolve().parents[2])          # the directory holding the korch package
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    code = "import sys; from korch.zoo.export import export_onnx; export_onnx(sys.argv[1], sys.argv[2], int(sys.argv[3]))"
-    child = subprocess.run([sys.executable, "-c", code, name, os.fspath(path), str(seed)], env=env,
+    """A fresh interpreter running export_onnx from this very korch. (Not multiprocessing: spawn
+    re-runs the caller's __main__, a user's script, in the child.) The directory holding this korch
+    goes on the child's path only if it is not there already: put ahead of everything through
+    PYTHONPATH, an installed korch's site-packages would come before the standard library."""
+    root = str(Path(__file__).resolve().parents[2])
+    child = subprocess.run([sys.executable, "-c", _CHILD_EXPORT, name, os.fspath(path), str(seed), root],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if child.returncode != 0:
         lines = [line for line in child.stderr.splitlines() if line.strip()]
