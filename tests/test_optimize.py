@@ -356,27 +356,56 @@ def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp
         assert diff.rel <= DEFAULT_RTOL, diff
 
 
-def test_whole_model_kernels_of_each_engine_are_compared_side_by_side(tmp_path: Path) -> None:
-    """With every whole-model kernel a contender, the plan kept is the fastest side by side, and a
-    warm run solves straight to the same kernel."""
+def test_whole_model_kernels_of_each_engine_meet_in_duels_two_at_a_time(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every whole-model kernel a contender, the contenders meet two at a time: each duel's
+    winner is the faster (a split plan only by the margin), meets the next, and the last winner is
+    the plan; no more than the two plans in a duel are alive while it runs (a whole model holds every
+    weight). A warm run solves straight to the same kernel."""
     pytest.importorskip("torch")
+    pytest.importorskip("openvino")
+    import gc
     from dataclasses import replace
 
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
+    import korch.select.measured as measured
+    from korch.runtime import Session
+
+    alive_in_duels = []
+    timed = measured.side_by_side
+
+    def counting(fns, *args, **kwargs):
+        gc.collect()
+        alive_in_duels.append(sum(isinstance(o, Session) for o in gc.get_objects()))
+        return timed(fns, *args, **kwargs)
+
+    monkeypatch.setattr(measured, "side_by_side", counting)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor", "openvino"),
+                                calibration=QUICK_CALIBRATION,
                                 profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=1),
                                 selection=replace(QUICK_SELECTION, contender_factor=1e9))
     model = zoo.to_model_proto("candy-mini")
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         plan, _, stats = optimize(model, db, settings)
         again, _, warm = optimize(model, db, settings)
-    timed = dict(stats.selection.side_by_side_ms)
-    assert len(timed) >= 2 and {"onnxruntime", "inductor"} <= set(timed), timed
-    kept = stats.selection.kept
-    fastest_engine = min((k for k in timed if k != SPLIT), key=timed.get)
-    if kept != SPLIT:
-        assert len(plan.steps) == 1 and plan.steps[0].backend == kept and kept == fastest_engine
-    else:
-        assert timed[SPLIT] <= timed[fastest_engine] * settings.selection.multi_kernel_margin
+    sel = stats.selection
+    met = {name for d in sel.duels for name in (d.first, d.second)}
+    assert {"onnxruntime", "inductor", "openvino"} <= met, sel.duels
+    assert len(alive_in_duels) == len(sel.duels) >= 2 and max(alive_in_duels) <= 2, alive_in_duels
+    margin = settings.selection.multi_kernel_margin
+    for d, nxt in zip(sel.duels, sel.duels[1:]):
+        assert d.winner in (nxt.first, nxt.second)
+    for d in sel.duels:
+        t = {d.first: d.first_ms, d.second: d.second_ms}
+        loser = d.second if d.winner == d.first else d.first
+        if d.winner == SPLIT:
+            assert t[SPLIT] <= margin * t[loser]
+        elif loser == SPLIT:
+            assert t[SPLIT] > margin * t[d.winner]
+        else:
+            assert t[d.winner] <= t[loser]
+    assert sel.kept == sel.duels[-1].winner and sel.measured_ms == sel.side_by_side_ms[sel.kept]
+    if sel.kept != SPLIT:
+        assert len(plan.steps) == 1 and plan.steps[0].backend == sel.kept
     assert [s.key for s in again.steps] == [s.key for s in plan.steps] and warm.selection.remembered
 
 

@@ -15,8 +15,12 @@ close contenders wrongly. So:
    (`refine_rounds` at most). The last plan is timed end to end; its prediction (in-plan costs +
    boundaries) is kept beside its measured time.
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
-   side-by-side comparison, interleaved like `korch bench`, with the split plan. A split plan must
-   win by `multi_kernel_margin`; otherwise the fastest whole-model kernel is the plan.
+   side-by-side comparison, interleaved like `korch bench`, with the split plan. They meet two at a
+   time: the split plan (the first champion) against the cheapest whole model by profile, the winner
+   against the next, and so on; each duel's loser is dropped before the next contender compiles, so
+   no more than two compiled plans hold their weights at once (all of them alive together took
+   bert-base's optimize to 6.4 GB). A split plan must win each of its duels by
+   `multi_kernel_margin`; otherwise the last duel's winner, a whole-model kernel, is the plan.
    Before they are timed, the split plan and each contender are checked against onnxruntime on
    fresh random inputs (verify.PlanChecker: the accuracy policy that also judges the final plan).
    A split plan that disagrees is not dropped at once: its errors add up from kernels that each
@@ -55,7 +59,7 @@ from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.timing import measure, side_by_side
 from korch.runtime import Session, compile_plan
-from korch.runtime.session import compile_step
+from korch.runtime.session import compile_step, release_freed_heap
 from korch.select.blp import Option, Selection, SelectionError, solve
 from korch.settings import OptimizeSettings
 from korch.verify import PlanCheck, PlanChecker, diff_outputs, random_feeds
@@ -66,6 +70,18 @@ log = logging.getLogger("korch.select")
 # procedure are not replayed.
 PROCEDURE = "measured-selection-v6-exclude-inaccurate-kernels"
 SPLIT = "split"
+
+
+@dataclass(frozen=True)
+class Duel:
+    """One side-by-side meeting of two contenders (SPLIT or an engine): their medians and who won."""
+
+    first: str
+    second: str
+    first_ms: float
+    second_ms: float
+    winner: str
+    timed: bool = True                    # False: side-by-side comparison off, profiles decided
 
 
 @dataclass(frozen=True)
@@ -87,13 +103,14 @@ class SelectionStats:
     split_predicted_ms: float | None = None
     split_measured_ms: float | None = None
     whole_model_ms: Mapping[str, float] = field(default_factory=dict)    # profiled, per engine
-    side_by_side_ms: Mapping[str, float] = field(default_factory=dict)   # SPLIT and engines, when compared
+    side_by_side_ms: Mapping[str, float] = field(default_factory=dict)   # SPLIT and engines: last duel's median
     in_plan_costs: int = 0                # kernels whose profile was replaced by their time in a plan
     cycle_cuts: int = 0                   # the kept plan's solve: cuts against plans that cannot be ordered
     resolves: int = 0                     # ... and the re-solves they took
     inaccurate: Mapping[str, str] = field(default_factory=dict)   # dropped by the check: SPLIT or engine -> why
     # kernels excluded from split plans because a plan of them failed the check (module doc, step 1b)
     excluded: tuple[str, ...] = ()
+    duels: tuple[Duel, ...] = ()          # the side-by-side meetings, in order (module doc, step 2)
 
 
 @dataclass(frozen=True)
@@ -205,6 +222,10 @@ class _Context:
         bar = self.settings.selection.blame_fraction * max(errors, default=0.0)
         return sorted(((st, e) for st, e in zip(plan.steps, errors) if e >= bar), key=lambda se: -se[1])
 
+    def drop_kernels(self) -> None:
+        """Forget the last split plan's kernels (it lost, or failed the check: its weights can go)."""
+        self._kernels = {}
+
     def compile(self, plan: Plan) -> Session:
         """The plan's session, reusing kernels of the previous split plan compiled here. (By step, not
         by cost key: candidates of equal structure share a key and a profile, not their weights.)"""
@@ -273,8 +294,9 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
         return _replay(ctx, remembered)
-    split, rounds, solve_s, costs, checked = _accurate_split(ctx)
-    selected = _compare(ctx, split, rounds, solve_s, costs, checked)
+    found = _accurate_split(ctx)
+    costs = found.costs
+    selected = _compare(ctx, found)
     if db is not None:
         kept = selected.stats
         remembered_costs = {**costs, **ctx.excluded_costs()}
@@ -293,7 +315,20 @@ class _Checked:
     failure: str | None = None
 
 
-def _accurate_split(ctx: _Context) -> tuple[_Timed | None, int, float, dict[str, float], _Checked]:
+@dataclass
+class _Found:
+    """The best split plan found (None: none), the plans compiled, the solver's seconds, the in-plan
+    costs of its last solve, and its check. `_compare` takes the split plan out, so that the plan's
+    kernels go as soon as it loses a duel."""
+
+    split: _Timed | None
+    rounds: int
+    solve_s: float
+    costs: dict[str, float]
+    checked: _Checked
+
+
+def _accurate_split(ctx: _Context) -> _Found:
     """`_best_split`, checked (module doc, step 1b): while its plan fails the check, up to
     `check_rounds` times, the kernels farthest from the reference are excluded and the BLP solved again."""
     s = ctx.settings.selection
@@ -303,10 +338,10 @@ def _accurate_split(ctx: _Context) -> tuple[_Timed | None, int, float, dict[str,
         split, r, t, costs = _best_split(ctx, costs)
         rounds, solve_s = rounds + r, solve_s + t
         if split is None or split.session is None:
-            return split, rounds, solve_s, costs, _Checked(None, failure)
+            return _Found(split, rounds, solve_s, costs, _Checked(None, failure))
         check = ctx.check(split.plan, split.session)
         if check is None or check.ok:
-            return split, rounds, solve_s, costs, _Checked(check, None)
+            return _Found(split, rounds, solve_s, costs, _Checked(check, None))
         failure = f"the best split plan ({len(split.plan.steps)} kernels), {check.worst()}"
         log.warning("the best split plan (%d kernels) disagrees with onnxruntime (%s)", len(split.plan.steps),
                     check.summary())
@@ -320,7 +355,7 @@ def _accurate_split(ctx: _Context) -> tuple[_Timed | None, int, float, dict[str,
             said.append(f"the {step.backend} kernel of [{shown}] ({error:.2e} from the reference on exact inputs)")
             ctx.exclude(step, said[-1])
         log.warning("excluding %d kernel(s) and solving again: %s", len(blamed), "; ".join(said))
-    return split, rounds, solve_s, costs, _Checked(check, failure)
+    return _Found(split, rounds, solve_s, costs, _Checked(check, failure))
 
 
 def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | None, int, float, dict[str, float]]:
@@ -370,23 +405,70 @@ def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
     cheapest = min(ctx.whole, key=lambda b: ctx.whole[b].cost)
     bar = split.measured_s if split is not None and split.measured_s is not None else ctx.whole[cheapest].cost
     factor = ctx.settings.selection.contender_factor
-    return sorted(b for b, o in ctx.whole.items() if b == cheapest or o.cost <= factor * bar)
+    return sorted((b for b, o in ctx.whole.items() if b == cheapest or o.cost <= factor * bar),
+                  key=lambda b: (ctx.whole[b].cost, b))
 
 
-def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
-             costs: Mapping[str, float], checked: _Checked) -> Selected:
+@dataclass
+class _Contender:
+    """A compiled, checked plan in the comparison: SPLIT or one engine's whole model."""
+
+    name: str
+    plan: Plan
+    selection: Selection
+    session: Session
+    check: PlanCheck | None
+    estimate_s: float                     # its predicted (or measured) time, before any duel
+
+
+def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
+    """The two side by side, interleaved like `korch bench` (or, with comparison off, by their
+    estimates). A split plan beats an engine only by `multi_kernel_margin`."""
     s = ctx.settings.selection
+    a, b = champion, challenger
+    if s.duel_rounds > 0:
+        fns = {c.name: (lambda sess=c.session: sess.run(None, ctx.feeds)) for c in (a, b)}
+        one = 0.5 * (a.estimate_s + b.estimate_s)
+        t = {k: v.median_s for k, v in side_by_side(fns, s.duel_rounds, one, warmup=1).items()}
+    else:
+        t = {a.name: a.estimate_s, b.name: b.estimate_s}
+
+    def beats(x: _Contender, y: _Contender) -> bool:
+        if x.name == SPLIT:
+            return t[x.name] <= s.multi_kernel_margin * t[y.name]
+        if y.name == SPLIT:
+            return t[y.name] > s.multi_kernel_margin * t[x.name]
+        return t[x.name] < t[y.name]          # the champion keeps its place on a tie
+
+    b_wins = beats(b, a)
+    return Duel(a.name, b.name, t[a.name] * 1e3, t[b.name] * 1e3, b.name if b_wins else a.name, s.duel_rounds > 0)
+
+
+def _compare(ctx: _Context, found: _Found) -> Selected:
+    """The split plan and the contending whole-model kernels meet two at a time, the winner of each
+    duel meeting the next contender, so at most two compiled plans are alive at once (a whole model
+    holds every weight, some engines twice: all of them together took bert-base's optimize to
+    6.4 GB). The loser of each duel is dropped before the next contender is compiled."""
+    split, rounds, solve_s, costs, checked = found.split, found.rounds, found.solve_s, found.costs, found.checked
+    found.split = None                           # this frame holds the only reference (class doc)
     inaccurate: dict[str, str] = {}
-    checks: dict[str, PlanCheck | None] = {SPLIT: checked.check}
     split_timed = split is not None and split.session is not None
     if split_timed and checked.check is not None and not checked.check.ok:
         split_timed = False
     if checked.failure is not None and not split_timed:
         inaccurate[SPLIT] = checked.failure      # (a split plan that passed after exclusions is not listed)
-    compiled: dict[str, tuple[Plan, Selection, Session]] = {}
+    champion: _Contender | None = None
+    if split_timed:
+        assert split is not None and split.session is not None and split.measured_s is not None
+        champion = _Contender(SPLIT, split.plan, split.selection, split.session, checked.check, split.measured_s)
+    elif split is not None and split.session is not None:
+        split = replace(split, session=None)     # failed the check: not kept alive through the duels
+        ctx.drop_kernels()
+    duels: list[Duel] = []
     tried: set[str] = set()
+    admitted = 0
 
-    def admit(backend: str) -> None:
+    def admit(backend: str) -> _Contender | None:
         """Compile and check one engine's whole-model kernel; a contender if it passes."""
         tried.add(backend)
         plan, selection = ctx.whole_model(backend)
@@ -394,57 +476,70 @@ def _compare(ctx: _Context, split: _Timed | None, rounds: int, solve_s: float,
             session = compile_plan(plan)
         except Exception as e:  # it compiled when profiled; a failure now only removes a contender
             log.warning("whole-model kernel on %s does not compile again (%s); not compared", backend, e)
-            return
+            return None
         check = ctx.check(plan, session)
         if check is not None and not check.ok:
             inaccurate[backend] = f"{backend}'s whole model, {check.worst()}"
             log.warning("%s's whole model disagrees with onnxruntime (%s); not compared", backend, check.summary())
+            return None
+        return _Contender(backend, plan, selection, session, check, ctx.whole[backend].cost)
+
+    def meet(challenger: _Contender) -> None:
+        nonlocal champion, split, admitted
+        admitted += 1
+        if champion is None:
+            champion = challenger
             return
-        compiled[backend], checks[backend] = (plan, selection, session), check
+        duel = _duel(ctx, champion, challenger)
+        duels.append(duel)
+        log.info("side by side: %s %s, %s %s; %s kept", _who(duel.first), _ms(duel.first_ms * 1e-3),
+                 _who(duel.second), _ms(duel.second_ms * 1e-3), _who(duel.winner))
+        loser = challenger if duel.winner == champion.name else champion
+        champion = challenger if duel.winner == challenger.name else champion
+        if loser.name == SPLIT and split is not None:
+            split = replace(split, session=None)
+            ctx.drop_kernels()
+        loser.session = None  # type: ignore[assignment]   # the last reference: its weights go now
+        del loser
+        release_freed_heap()
 
     for backend in _contenders(ctx, split if split_timed else None):
-        admit(backend)
-    if not compiled and not split_timed:     # every contender failed: the other engines, cheapest first
+        if (c := admit(backend)) is not None:
+            meet(c)
+    if not admitted:    # no whole model passed (and no split plan was timed): the other engines, cheapest first
         for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
-            admit(backend)
-            if compiled:
-                break
-    if not compiled:
-        if not split_timed:
-            if inaccurate:
-                raise VerificationError("no plan passes the accuracy check: " + "; ".join(inaccurate.values()))
-            raise SelectionError("no plan compiles: neither a split plan nor any engine's whole-model kernel")
-        assert split is not None and split.session is not None
-        return _result(ctx, split.plan, split.session, split.selection, split.measured_s, SPLIT,
-                       _why_split_alone(ctx, split), split, rounds, solve_s, {}, len(costs), inaccurate,
-                       checks[SPLIT])
-    fns = {b: (lambda sess=sess: sess.run(None, ctx.feeds)) for b, (_, _, sess) in compiled.items()}
-    if split_timed:
-        assert split is not None and split.session is not None
-        fns[SPLIT] = lambda: split.session.run(None, ctx.feeds)
-    if s.duel_rounds > 0 and len(fns) > 1:
-        one = split.measured_s if split_timed else ctx.whole[min(compiled, key=lambda b: ctx.whole[b].cost)].cost
-        timings = {k: t.median_s for k, t in side_by_side(fns, s.duel_rounds, one, warmup=1).items()}
-    else:       # nothing to compare with, or comparison off: profiles decide, the plan kept is still timed
-        predicted = {b: ctx.whole[b].cost for b in compiled}
-        if split_timed:
-            predicted[SPLIT] = split.predicted_s
-        pick = min(predicted, key=predicted.get)
-        timings = {pick: split.measured_s if pick == SPLIT else ctx.time(compiled[pick][2])}
-    engine_times = {b: t for b, t in timings.items() if b != SPLIT}
-    winner = min(engine_times, key=engine_times.get) if engine_times else None
-    keep_split = split_timed and SPLIT in timings and (
-        winner is None or timings[SPLIT] <= s.multi_kernel_margin * engine_times[winner])
-    shown = timings if len(timings) > 1 else {}
-    if keep_split:
-        why = _why_split(ctx, split, timings, engine_times)
-        return _result(ctx, split.plan, split.session, split.selection, timings[SPLIT], SPLIT, why,
-                       split, rounds, solve_s, shown, len(costs), inaccurate, checks[SPLIT])
-    assert winner is not None
-    plan, selection, session = compiled[winner]
-    why = _why_whole(ctx, winner, split, timings, engine_times, inaccurate)
-    return _result(ctx, plan, session, selection, engine_times[winner], winner, why, split, rounds, solve_s,
-                   shown, len(costs), inaccurate, checks[winner])
+            if (c := admit(backend)) is not None:
+                meet(c)
+                if not split_timed:
+                    break
+    if champion is None:
+        if inaccurate:
+            raise VerificationError("no plan passes the accuracy check: " + "; ".join(inaccurate.values()))
+        raise SelectionError("no plan compiles: neither a split plan nor any engine's whole-model kernel")
+    if not duels:
+        if champion.name == SPLIT:
+            assert split is not None
+            return _result(ctx, split.plan, champion.session, split.selection, split.measured_s, SPLIT,
+                           _why_split_alone(ctx, split), split, rounds, solve_s, (), len(costs), inaccurate,
+                           champion.check)
+        why = _why_whole(ctx, champion.name, split, (), inaccurate)
+        return _result(ctx, champion.plan, champion.session, champion.selection, None, champion.name, why, split,
+                       rounds, solve_s, (), len(costs), inaccurate, champion.check)
+    last = duels[-1]
+    kept_ms = last.first_ms if last.winner == last.first else last.second_ms
+    measured = kept_ms * 1e-3 if last.timed else (split.measured_s if champion.name == SPLIT and split else None)
+    if champion.name == SPLIT:
+        assert split is not None
+        why = _why_split(ctx, split, duels)
+        return _result(ctx, split.plan, champion.session, split.selection, measured, SPLIT, why, split, rounds,
+                       solve_s, duels, len(costs), inaccurate, champion.check)
+    why = _why_whole(ctx, champion.name, split, duels, inaccurate)
+    return _result(ctx, champion.plan, champion.session, champion.selection, measured, champion.name, why, split,
+                   rounds, solve_s, duels, len(costs), inaccurate, champion.check)
+
+
+def _who(name: str) -> str:
+    return "the split plan" if name == SPLIT else f"{name}'s whole model"
 
 
 def _ms(seconds: float) -> str:
@@ -463,23 +558,35 @@ def _why_split_alone(ctx: _Context, split: _Timed) -> str:
            f"no engine's whole-model kernel was available to compare{_after_exclusions(ctx)}"
 
 
-def _why_split(ctx: _Context, split: _Timed, timings: Mapping[str, float], engines: Mapping[str, float]) -> str:
-    if not engines and ctx.whole and ctx.settings.selection.duel_rounds == 0:
-        return (f"the best split plan ({len(split.plan.steps)} kernels) was predicted faster than every whole-model "
+def _duel_ms(duels: Sequence[Duel]) -> dict[str, float]:
+    """Each contender's median in the last timed duel it was in."""
+    out: dict[str, float] = {}
+    for d in duels:
+        if d.timed:
+            out[d.first], out[d.second] = d.first_ms, d.second_ms
+    return out
+
+
+def _why_split(ctx: _Context, split: _Timed, duels: Sequence[Duel]) -> str:
+    n = len(split.plan.steps)
+    if not any(d.timed for d in duels):
+        return (f"the best split plan ({n} kernels) was predicted faster than every whole-model "
                 f"kernel's profile (side-by-side comparison off){_after_exclusions(ctx)}")
-    if not engines:
-        return _why_split_alone(ctx, split)
-    rivals = ", ".join(f"{b}'s whole model {_ms(t)}" for b, t in sorted(engines.items(), key=lambda kv: kv[1]))
-    return (f"the best split plan ({len(split.plan.steps)} kernels) measured {_ms(timings[SPLIT])} side by side, "
-            f"faster than {rivals}{_after_exclusions(ctx)}")
+    won = ", ".join(f"{_ms(d.first_ms * 1e-3 if d.first == SPLIT else d.second_ms * 1e-3)} against "
+                    f"{(d.second if d.first == SPLIT else d.first)}'s "
+                    f"{_ms(d.second_ms * 1e-3 if d.first == SPLIT else d.first_ms * 1e-3)}" for d in duels)
+    return f"the best split plan ({n} kernels) beat every whole model side by side: {won}{_after_exclusions(ctx)}"
 
 
-def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mapping[str, float],
-               engines: Mapping[str, float], inaccurate: Mapping[str, str]) -> str:
+def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence[Duel],
+               inaccurate: Mapping[str, str]) -> str:
     s = ctx.settings.selection
-    others = [f"{b}'s {_ms(t)}" for b, t in sorted(engines.items(), key=lambda kv: kv[1]) if b != winner]
-    also = f" (other whole models: {', '.join(others)})" if others else ""
-    mine = f"{winner}'s whole model {_ms(engines[winner])}"
+    timed = _duel_ms(duels)
+    lost = [d.first if d.winner == d.second else d.second for d in duels]
+    others = [f"{b}'s {_ms(timed[b] * 1e-3)}" for b in lost if b != SPLIT and b in timed]
+    also = f" (other whole models, side by side: {', '.join(others)})" if others else ""
+    mine = f"{winner}'s whole model " + (f"{_ms(timed[winner] * 1e-3)}" if winner in timed else
+                                         f"profiled at {_ms(ctx.whole[winner].cost)}")
     if inaccurate:
         also += "; failed the accuracy check: " + "; ".join(inaccurate.values())
     if SPLIT in inaccurate:
@@ -491,19 +598,23 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, timings: Mappin
         return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
                 f"{_ms(split.predicted_s)} (kernel profiles and boundary costs), {winner}'s whole model "
                 f"profiled at {_ms(ctx.whole[winner].cost)}{also}")
-    if SPLIT in timings:
-        margin = "" if timings[SPLIT] > engines[winner] else \
+    met = next((d for d in duels if SPLIT in (d.first, d.second) and d.timed), None)
+    if met is not None:
+        rival = met.second if met.first == SPLIT else met.first
+        mine_ms, rival_ms = (met.first_ms, met.second_ms) if met.first == SPLIT else (met.second_ms, met.first_ms)
+        margin = "" if mine_ms > rival_ms else \
             f"; a split plan must be {100 * (1 - s.multi_kernel_margin):.0f}% faster to pay for its boundaries"
         return (f"one engine runs the whole model: the best split plan ({n} kernels) measured "
-                f"{_ms(timings[SPLIT])} side by side, {mine}{margin}{also}")
+                f"{_ms(mine_ms * 1e-3)} side by side with {rival}'s whole model {_ms(rival_ms * 1e-3)}{margin}; "
+                f"kept {mine}{also}")
     return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
-            f"{_ms(split.predicted_s)} and measured {_ms(split.measured_s or 0.0)}, {winner}'s whole model profiled "
+            f"{_ms(split.predicted_s)} and measured {_ms(split.measured_s)}, {winner}'s whole model profiled "
             f"at {_ms(ctx.whole[winner].cost)} (no side-by-side comparison){also}")
 
 
 def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, measured_s: float | None,
             kept: str, why: str, split: _Timed | None, rounds: int, solve_s: float,
-            side: Mapping[str, float], in_plan_costs: int, inaccurate: Mapping[str, str] | None = None,
+            duels: Sequence[Duel], in_plan_costs: int, inaccurate: Mapping[str, str] | None = None,
             check: PlanCheck | None = None, remembered: bool = False) -> Selected:
     if measured_s is None:
         measured_s = ctx.time(session)
@@ -516,7 +627,7 @@ def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, m
         split_predicted_ms=split.predicted_s * 1e3 if split is not None else None,
         split_measured_ms=split.measured_s * 1e3 if split is not None and split.measured_s is not None else None,
         whole_model_ms={b: o.cost * 1e3 for b, o in sorted(ctx.whole.items())},
-        side_by_side_ms={k: v * 1e3 for k, v in side.items()}, in_plan_costs=in_plan_costs,
+        side_by_side_ms=_duel_ms(duels), duels=tuple(duels), in_plan_costs=in_plan_costs,
         cycle_cuts=selection.cycle_cuts, resolves=selection.resolves, inaccurate=dict(inaccurate or {}),
         excluded=tuple(ctx.excluded.values()))
     return Selected(plan, session, stats, check)
@@ -528,10 +639,10 @@ def _replay(ctx: _Context, remembered: RememberedSelection) -> Selected:
     backend = remembered.whole_model_backend
     if backend is not None and backend in ctx.whole:
         plan, selection = ctx.whole_model(backend)
-        return _result(ctx, plan, compile_plan(plan), selection, None, backend, why, None, 0, 0.0, {}, 0,
+        return _result(ctx, plan, compile_plan(plan), selection, None, backend, why, None, 0, 0.0, (), 0,
                        remembered=True)
     selection = ctx.solve(ctx.costed(remembered.costs))
     plan, predicted = ctx.plan(selection)
     split = _Timed(plan, None, predicted, None, selection)
-    return _result(ctx, plan, compile_plan(plan), selection, None, SPLIT, why, split, 0, selection.seconds, {},
+    return _result(ctx, plan, compile_plan(plan), selection, None, SPLIT, why, split, 0, selection.seconds, (),
                    len(remembered.costs), remembered=True)
