@@ -23,11 +23,12 @@ from korch.backends import Backend, CompileOptions, Kernel, get_backend
 from korch.backends.placement import pinned, placement
 from korch.backends.reference import conform, evaluate
 from korch.candidates import Candidate, extract_subgraph
-from korch.frontend.regions import OnnxSource, region_model
+from korch.frontend.regions import OnnxSource, region_model, region_model_sharing
 from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
 from korch.profile.timing import CacheSweep, measure
+from korch.runtime.session import release_freed_heap
 from korch.settings import AccuracyPolicy, ProfileSettings
 from korch.verify import diff_outputs, fp32_errors, random_feeds
 from korch.version import code_version
@@ -178,6 +179,9 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             progress(done, len(jobs), job.backend)
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
+        # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB
+        # after bert-base's profiles (3,301 -> 1,959 MB), under everything selection compiles next.
+        release_freed_heap()
     if transient:
         log.warning("profile: %d kernel(s) failed for a reason of the machine, not the kernel (first: %s); "
                     "they are left out of this run's plan and profiled again next run",
@@ -190,6 +194,9 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
     """A region goes to an ONNX engine as its original nodes; everything else as primitives."""
     backend = get_backend(backend_name)
     if cand.onnx_nodes and backend.accepts_onnx and source is not None:
+        if backend.shares_weights:
+            model, shared = region_model_sharing(source, graph, cand)
+            return backend.compile_onnx(model, cand.inputs, cand.outputs, options, source.weights_dir, shared)
         model = region_model(source, graph, cand)
         return backend.compile_onnx(model, cand.inputs, cand.outputs, options, source.weights_dir)
     return backend.compile(extract_subgraph(graph, cand), options)
