@@ -8,7 +8,7 @@ profiler, never guessed here.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,11 +59,16 @@ class Backend(ABC):
 
     # Engines that run ONNX directly can take a region's original nodes instead of its primitives.
     accepts_onnx: bool = False
+    # ... and that bind arrays as constants sharing their memory: `compile_onnx(shared=...)`.
+    shares_weights: bool = False
 
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
-                     options: CompileOptions, external_dir: Path | None = None) -> Kernel:
+                     options: CompileOptions, external_dir: Path | None = None,
+                     shared: Mapping[str, np.ndarray] | None = None) -> Kernel:
         """`external_dir`: where the files of the model's EXTERNAL initializers are (their
-        locations are relative to it); the engine reads them from there itself."""
+        locations are relative to it); the engine reads them from there itself. `shared` (only where
+        `shares_weights`): graph inputs of the model that are weights, by name; the kernel shares their
+        memory and keeps them alive."""
         raise NotImplementedError(f"backend {self.name} does not run ONNX models")
 
 

@@ -138,6 +138,32 @@ def test_region_of_original_nodes_matches_onnxruntime() -> None:
             previous = ov
 
 
+def test_openvino_binds_the_graphs_weights_instead_of_copying_them() -> None:
+    """A region compiled for OpenVINO leaves its weights out of the model it serialises: they are
+    the primitive graph's own constants, bound as shared constants. The kernel matches onnxruntime on
+    fresh inputs, and running it leaves the graph's constants as they were."""
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    graph, source = _fissioned(_block_model(seed))
+    from korch.frontend.engines import node_key
+    from korch.frontend.regions import region_model_sharing
+
+    whole = Candidate(tuple(range(len(graph.nodes))), tuple(graph.inputs), tuple(graph.outputs), "whole",
+                      tuple(node_key(n) for n in source.model.graph.node))
+    model, shared = region_model_sharing(source, graph, whole)
+    weights = {"w1", "w2"}                  # (the 64-element vectors are below FOLDED_WEIGHT_MIN_BYTES)
+    assert set(shared) == weights, set(shared)
+    assert all(shared[w] is graph.constants[source.value_map[w]] for w in weights), "not the graph's own arrays"
+    assert not weights & {t.name for t in model.graph.initializer}, "a shared weight is still embedded"
+    before = {name: a.copy() for name, a in graph.constants.items()}
+    kernel = compile_candidate(graph, whole, "openvino", CompileOptions(threads=2), source)
+    reference = compile_candidate(graph, whole, "onnxruntime", CompileOptions(threads=2), source)
+    for _ in range(2):
+        inputs = _inputs(graph, whole.inputs, rng)
+        _assert_close(kernel.run(inputs), reference.run(inputs), f"whole block (seed {seed})")
+    assert all(np.array_equal(graph.constants[name], a) for name, a in before.items()), "a constant changed"
+
+
 def _mlp_gelu(rng: np.random.Generator) -> Graph:
     return mlp_gelu(rng, preactivation_output=True)
 

@@ -19,7 +19,7 @@ moved to another process first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -113,9 +113,12 @@ class OnnxRuntimeBackend(Backend):
         return self.compile_onnx(to_onnx(graph), graph.inputs, graph.outputs, options)
 
     def compile_onnx(self, model: onnx.ModelProto | bytes, inputs: Sequence[str], outputs: Sequence[str],
-                     options: CompileOptions, external_dir: Path | None = None) -> Kernel:
+                     options: CompileOptions, external_dir: Path | None = None,
+                     shared: Mapping[str, np.ndarray] | None = None) -> Kernel:
         """Compile an ONNX model directly (e.g. the original ONNX nodes of a region), in memory or
-        serialized (a saved plan's ready model)."""
+        serialized (a saved plan's ready model). Weights are not shared (`shares_weights` is False)."""
+        if shared:
+            raise ValueError("onnxruntime kernels do not share weight arrays; embed them in the model")
         session = make_session(model, options.threads, stop_spinning=not options.runs_alone, external_dir=external_dir,
                                worker_cpus=() if options.runs_alone else options.worker_cpus)
         return OnnxRuntimeKernel(session, inputs, outputs)

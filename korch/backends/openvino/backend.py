@@ -52,7 +52,7 @@ from __future__ import annotations
 import logging
 import mmap
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +158,7 @@ class OpenVinoBackend(Backend):
     name = "openvino"
     version = VERSION
     accepts_onnx = True
+    shares_weights = True
 
     def __init__(self) -> None:
         self.core = ov.Core()       # one Core per process: each one loads the plugins again
@@ -173,9 +174,10 @@ class OpenVinoBackend(Backend):
         return self.compile_onnx(to_onnx(graph), graph.inputs, graph.outputs, options)
 
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
-                     options: CompileOptions, external_dir: Path | None = None) -> Kernel:
+                     options: CompileOptions, external_dir: Path | None = None,
+                     shared: Mapping[str, np.ndarray] | None = None) -> Kernel:
         """Compile an ONNX model (a region's original nodes, or a whole model) for `threads` threads."""
-        ov_model, keep, maps = self.read(model, external_dir)
+        ov_model, keep, maps = self.read(model, external_dir, shared)
         try:
             with dropping_pages(maps):       # the plugin copies the weights it reads (see weights.py)
                 compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
@@ -197,15 +199,17 @@ class OpenVinoBackend(Backend):
         kernel = OpenVinoKernel(compiled, range(len(compiled.inputs)), range(len(compiled.outputs)), dtypes)
         return kernel, [port.get_any_name() for port in compiled.inputs]
 
-    def read(self, model: onnx.ModelProto,
-             external_dir: Path | None) -> tuple[ov.Model, list[np.ndarray], list[mmap.mmap]]:
-        """The model in OpenVINO's form, the mapped weight arrays it shares and their maps (see weights.py)."""
-        arrays: dict[str, np.ndarray] = {}
+    def read(self, model: onnx.ModelProto, external_dir: Path | None,
+             shared: Mapping[str, np.ndarray] | None = None) -> tuple[ov.Model, list[np.ndarray], list[mmap.mmap]]:
+        """The model in OpenVINO's form, the weight arrays it shares (`shared`, and views of mapped
+        files for EXTERNAL initializers) and the maps (see weights.py)."""
+        arrays: dict[str, np.ndarray] = dict(shared or {})
         maps: list[mmap.mmap] = []
         if external_initializers(model):
             if external_dir is None:
                 raise OpenVinoError("the model has EXTERNAL initializers but no directory to read them from")
-            model, arrays, maps = detach_external(model, external_dir)
+            model, mapped, maps = detach_external(model, external_dir)
+            arrays.update(mapped)
         try:
             ov_model = self.core.read_model(model.SerializeToString())
             bind_constants(ov_model, arrays)

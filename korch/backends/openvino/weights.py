@@ -26,6 +26,7 @@ gpt2-small 810 -> 515 (onnxruntime from the .onnx file: 720, 517-663, 706); comp
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -107,6 +108,18 @@ def dropping_pages(maps: Sequence[mmap.mmap], interval_s: float = DROP_INTERVAL_
         drop()
 
 
+def writable_alias(array: np.ndarray) -> np.ndarray:
+    """`array` itself, or, if it is read-only (korch's graph constants are), a writable array over the
+    same memory: OpenVINO's shared Constant refuses read-only memory though it never writes to it (see
+    detach_external). The alias does not keep `array` alive; the caller does."""
+    if array.flags.writeable or array.nbytes == 0:
+        return array
+    if not array.flags.c_contiguous:
+        raise ValueError("only a contiguous array can be shared with OpenVINO")
+    memory = (ctypes.c_byte * array.nbytes).from_address(array.ctypes.data)
+    return np.frombuffer(memory, dtype=array.dtype).reshape(array.shape)
+
+
 def bind_constants(model: ov.Model, arrays: Mapping[str, np.ndarray]) -> None:
     """Replace the model's parameters named in `arrays` by constants sharing those arrays' memory.
     The caller keeps the arrays alive as long as the model or anything compiled from it: OpenVINO
@@ -115,7 +128,7 @@ def bind_constants(model: ov.Model, arrays: Mapping[str, np.ndarray]) -> None:
         names = parameter.output(0).get_names() & arrays.keys()
         if not names:
             continue
-        constant = ov.op.Constant(arrays[next(iter(names))], shared_memory=True)
+        constant = ov.op.Constant(writable_alias(arrays[next(iter(names))]), shared_memory=True)
         parameter.output(0).replace(constant.output(0))
         model.remove_parameter(parameter)
     model.validate_nodes_and_infer_types()
