@@ -32,7 +32,7 @@ close contenders wrongly. So:
    accepted within the model-wide tolerance can add up past what one output allows, and an
    engine's whole model can miss it (OpenVINO's on yolov4 on an AVX2 host, found by
    the final check after a 20-minute optimize). Such a plan must cost a fallback, not the run.
-3. What was kept and why is recorded in words ("the best split plan measured 45.6 ms side by side,
+3. What was kept and why is recorded in words ("the best split plan measured 45.6 ms side by side with
    onnxruntime's whole model 39.0 ms"), and stored in the profile database, so a warm run solves,
    compiles and times once.
 
