@@ -59,7 +59,8 @@ class Backend(ABC):
 
     # Engines that run ONNX directly can take a region's original nodes instead of its primitives.
     accepts_onnx: bool = False
-    # ... and that bind arrays as constants sharing their memory: `compile_onnx(shared=...)`.
+    # ... and that take a model's weights as arrays beside it (initializers at regions.SHARED_LOCATION),
+    # rather than embedded in its protobuf: `compile_onnx(shared=...)`.
     shares_weights: bool = False
 
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
@@ -67,8 +68,8 @@ class Backend(ABC):
                      shared: Mapping[str, np.ndarray] | None = None) -> Kernel:
         """`external_dir`: where the files of the model's EXTERNAL initializers are (their
         locations are relative to it); the engine reads them from there itself. `shared` (only where
-        `shares_weights`): graph inputs of the model that are weights, by name; the kernel shares their
-        memory and keeps them alive."""
+        `shares_weights`): the data of the initializers at regions.SHARED_LOCATION, by name; an engine
+        that keeps using the arrays' memory keeps them alive."""
         raise NotImplementedError(f"backend {self.name} does not run ONNX models")
 
 

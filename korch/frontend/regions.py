@@ -25,6 +25,9 @@ from korch.ir.onnx_source import OnnxSource
 # _weight_preprocessing); smaller ones (shapes, scalars) are embedded. The bound at which a saved plan
 # moves an initializer into its weights file.
 FOLDED_WEIGHT_MIN_BYTES = 1024
+# The location of an EXTERNAL initializer whose data is not in a file: the array is passed beside
+# the model (region_model_sharing). Not a valid file name, so it never names a real one.
+SHARED_LOCATION = "korch:shared-array"
 
 
 class RegionError(ValueError):
@@ -38,12 +41,26 @@ def region_model(source: OnnxSource, graph: Graph, candidate: Candidate) -> onnx
 def region_model_sharing(source: OnnxSource, graph: Graph,
                          candidate: Candidate) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """The region model without the data of its large initializers that the primitive graph holds
-    as constants: each is a graph input of the model, its array (the graph's own, not a copy) in the
-    mapping, for an engine that binds arrays as constants sharing their memory (OpenVINO). Embedded,
-    each weight was copied three times on its way into the engine (the region's protobuf, its bytes,
-    the engine's parse) before the engine made its own copy: 1.5 GB above the 0.73 GB live of
-    bert-base's whole model on OpenVINO. The caller keeps the arrays alive as long as the kernel."""
+    as constants: each is an EXTERNAL initializer at SHARED_LOCATION, its array (the graph's own, not
+    a copy) in the mapping, for an engine that takes weights as arrays (`Backend.shares_weights`).
+    Embedded, each weight was copied three times on its way into the engine (the region's protobuf,
+    its bytes, the engine's parse) before the engine made its own: 1.5 GB above the 0.73 GB live of
+    bert-base's whole model on OpenVINO."""
     return _region(source, graph, candidate, share=True)
+
+
+def shared_initializer(name: str, array: np.ndarray) -> onnx.TensorProto:
+    """An initializer whose data is `array`, handed to the engine beside the model (SHARED_LOCATION)."""
+    tensor = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+                              dims=array.shape, data_location=onnx.TensorProto.EXTERNAL)
+    for key, value in (("location", SHARED_LOCATION), ("offset", "0"), ("length", str(array.nbytes))):
+        tensor.external_data.add(key=key, value=value)
+    return tensor
+
+
+def is_shared(tensor: onnx.TensorProto) -> bool:
+    return tensor.data_location == onnx.TensorProto.EXTERNAL and any(
+        e.key == "location" and e.value == SHARED_LOCATION for e in tensor.external_data)
 
 
 def _shareable(tensor: onnx.TensorProto, array: np.ndarray | None) -> bool:
@@ -91,6 +108,7 @@ def _region(source: OnnxSource, graph: Graph, candidate: Candidate,
             if name in initializers:
                 if share and _shareable(initializers[name], graph.constants.get(prim) if prim else None):
                     shared[name] = graph.constants[prim]
+                    new_initializers.append(shared_initializer(name, shared[name]))
                 else:
                     new_initializers.append(initializers[name])
                 rename[name] = name
@@ -130,9 +148,7 @@ def _region(source: OnnxSource, graph: Graph, candidate: Candidate,
         return copy
 
     g = helper.make_graph([renamed(n) for n in nodes] + identities, "region",
-                          [value_info(i, graph.types[i]) for i in candidate.inputs]
-                          + [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-                             for name, a in shared.items()],
+                          [value_info(i, graph.types[i]) for i in candidate.inputs],
                           [value_info(o, graph.types[o]) for o in candidate.outputs], initializer=new_initializers)
     model = helper.make_model(g, opset_imports=list(source.model.opset_import), producer_name="korch-region")
     model.ir_version = source.model.ir_version

@@ -138,15 +138,17 @@ def test_region_of_original_nodes_matches_onnxruntime() -> None:
             previous = ov
 
 
-def test_openvino_binds_the_graphs_weights_instead_of_copying_them() -> None:
-    """A region compiled for OpenVINO leaves its weights out of the model it serialises: they are
-    the primitive graph's own constants, bound as shared constants. The kernel matches onnxruntime on
-    fresh inputs, and running it leaves the graph's constants as they were."""
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_regions_take_the_graphs_weights_beside_the_model_not_embedded(backend: str) -> None:
+    """A region compiled for an ONNX engine leaves its weights' data out of the model it serialises:
+    each is an EXTERNAL initializer at SHARED_LOCATION, its data the primitive graph's own constant,
+    handed to the engine beside the model. The kernel matches the region with its weights embedded,
+    on fresh inputs, and running it leaves the graph's constants as they were."""
     seed = _seed()
     rng = np.random.default_rng(seed)
     graph, source = _fissioned(_block_model(seed))
     from korch.frontend.engines import node_key
-    from korch.frontend.regions import region_model_sharing
+    from korch.frontend.regions import is_shared, region_model_sharing
 
     whole = Candidate(tuple(range(len(graph.nodes))), tuple(graph.inputs), tuple(graph.outputs), "whole",
                       tuple(node_key(n) for n in source.model.graph.node))
@@ -154,13 +156,20 @@ def test_openvino_binds_the_graphs_weights_instead_of_copying_them() -> None:
     weights = {"w1", "w2"}                  # (the 64-element vectors are below FOLDED_WEIGHT_MIN_BYTES)
     assert set(shared) == weights, set(shared)
     assert all(shared[w] is graph.constants[source.value_map[w]] for w in weights), "not the graph's own arrays"
-    assert not weights & {t.name for t in model.graph.initializer}, "a shared weight is still embedded"
+    in_model = {t.name: t for t in model.graph.initializer}
+    assert all(is_shared(in_model[w]) and not in_model[w].raw_data for w in weights), "a shared weight is embedded"
     before = {name: a.copy() for name, a in graph.constants.items()}
-    kernel = compile_candidate(graph, whole, "openvino", CompileOptions(threads=2), source)
-    reference = compile_candidate(graph, whole, "onnxruntime", CompileOptions(threads=2), source)
+    options = CompileOptions(threads=2)
+    kernel = compile_candidate(graph, whole, backend, options, source)
+    embedded = get_backend("onnxruntime").compile_onnx(region_model(source, graph, whole), whole.inputs,
+                                                       whole.outputs, options)
+    previous = None
     for _ in range(2):
         inputs = _inputs(graph, whole.inputs, rng)
-        _assert_close(kernel.run(inputs), reference.run(inputs), f"whole block (seed {seed})")
+        got = kernel.run(inputs)
+        _assert_close(got, embedded.run(inputs), f"whole block on {backend} (seed {seed})")
+        assert previous is None or not np.allclose(got[0], previous[0]), "the output ignores the inputs"
+        previous = got
     assert all(np.array_equal(graph.constants[name], a) for name, a in before.items()), "a constant changed"
 
 

@@ -203,13 +203,13 @@ class OpenVinoBackend(Backend):
              shared: Mapping[str, np.ndarray] | None = None) -> tuple[ov.Model, list[np.ndarray], list[mmap.mmap]]:
         """The model in OpenVINO's form, the weight arrays it shares (`shared`, and views of mapped
         files for EXTERNAL initializers) and the maps (see weights.py)."""
-        arrays: dict[str, np.ndarray] = dict(shared or {})
+        arrays: dict[str, np.ndarray] = {}
         maps: list[mmap.mmap] = []
         if external_initializers(model):
-            if external_dir is None:
-                raise OpenVinoError("the model has EXTERNAL initializers but no directory to read them from")
-            model, mapped, maps = detach_external(model, external_dir)
-            arrays.update(mapped)
+            try:
+                model, arrays, maps = detach_external(model, external_dir, shared or {})
+            except ValueError as e:
+                raise OpenVinoError(f"cannot read the model's EXTERNAL initializers: {e}") from None
         try:
             ov_model = self.core.read_model(model.SerializeToString())
             bind_constants(ov_model, arrays)

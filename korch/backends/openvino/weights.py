@@ -38,6 +38,8 @@ import onnx
 import openvino as ov
 from onnx import helper
 
+from korch.frontend.regions import SHARED_LOCATION
+
 # How often pages are dropped while OpenVINO compiles: what it read in the last interval is resident
 # at once. bert-base's whole model peaked at 501 MB at 50 ms, 487 at 10 ms, 884 dropping only after.
 DROP_INTERVAL_S = 0.05
@@ -47,11 +49,11 @@ def external_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     return [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
-def detach_external(model: onnx.ModelProto,
-                    directory: Path) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[mmap.mmap]]:
+def detach_external(model: onnx.ModelProto, directory: Path | None,
+                    shared: Mapping[str, np.ndarray]) -> tuple[onnx.ModelProto, dict[str, np.ndarray], list[mmap.mmap]]:
     """A copy of `model` whose EXTERNAL initializers are graph inputs, their data as read-only-in-
     practice views of the mapped files (copy-on-write maps: OpenVINO's Constant wants writable memory
-    and never writes to it), and the maps."""
+    and never writes to it), or, at SHARED_LOCATION, the arrays in `shared`; and the maps."""
     external = external_initializers(model)
     names = {t.name for t in external}
     maps: dict[str, mmap.mmap] = {}
@@ -59,6 +61,13 @@ def detach_external(model: onnx.ModelProto,
     for tensor in external:
         info = {e.key: e.value for e in tensor.external_data}
         location, offset = info.get("location", ""), int(info.get("offset", 0))
+        if location == SHARED_LOCATION:
+            if tensor.name not in shared:
+                raise ValueError(f"initializer {tensor.name!r} is a shared array, but none was given")
+            arrays[tensor.name] = shared[tensor.name]
+            continue
+        if directory is None:
+            raise ValueError(f"initializer {tensor.name!r} is in {location}, but no directory was given")
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
         count = int(np.prod(tuple(tensor.dims), dtype=np.int64))
         if location not in maps:
