@@ -229,9 +229,14 @@ class _Context:
     def compile(self, plan: Plan) -> Session:
         """The plan's session, reusing kernels of the previous split plan compiled here. (By step, not
         by cost key: candidates of equal structure share a key and a profile, not their weights.)"""
-        kernels = {step: self._kernels.get(step) or compile_step(plan, step) for step in plan.steps}
-        self._kernels = kernels
-        return Session(plan, [kernels[step] for step in plan.steps])
+        wanted = set(plan.steps)
+        # the previous plan's other kernels go before any new one compiles (with the caller's
+        # session of that plan: see _best_split), so two plans' weights are never in memory at once
+        self._kernels = {step: k for step, k in self._kernels.items() if step in wanted}
+        for step in plan.steps:
+            if step not in self._kernels:
+                self._kernels[step] = compile_step(plan, step)
+        return Session(plan, [self._kernels[step] for step in plan.steps])
 
     def in_plan_costs(self, plan: Plan, session: Session) -> dict[str, float]:
         """Each kernel's median time in the plan, less the boundary costs the BLP charges it for its
@@ -335,6 +340,7 @@ def _accurate_split(ctx: _Context) -> _Found:
     rounds, solve_s, costs = 0, 0.0, {}
     failure = None
     for attempt in range(1 + s.check_rounds):
+        split = None                           # a failed plan's session goes before the next compiles
         split, r, t, costs = _best_split(ctx, costs)
         rounds, solve_s = rounds + r, solve_s + t
         if split is None or split.session is None:
@@ -381,6 +387,7 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
                      "cheapest whole-model kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3,
                      selection.boundary_s * 1e3, s.contender_factor, cheapest_whole * 1e3)
             return _Timed(plan, None, predicted, None, selection), round_, solve_s, used
+        session = None                         # the last plan's session goes before this one compiles
         session = ctx.compile(plan)
         fresh = sum(ctx.cost_key(st) not in used for st in plan.steps)
         if fresh and round_ < s.refine_rounds:
