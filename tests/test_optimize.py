@@ -396,7 +396,7 @@ def test_whole_model_kernels_of_each_engine_meet_in_duels_two_at_a_time(tmp_path
     for d, nxt in zip(sel.duels, sel.duels[1:]):
         assert d.winner in (nxt.first, nxt.second)
     for d in sel.duels:
-        t = {d.first: d.first_ms, d.second: d.second_ms}
+        t = {d.first: d.first_s, d.second: d.second_s}
         loser = d.second if d.winner == d.first else d.first
         if d.winner == SPLIT:
             assert t[SPLIT] <= margin * t[loser]

@@ -78,8 +78,8 @@ class Duel:
 
     first: str
     second: str
-    first_ms: float
-    second_ms: float
+    first_s: float                        # each one's median, side by side (or its estimate, untimed)
+    second_s: float
     winner: str
     timed: bool = True                    # False: side-by-side comparison off, profiles decided
 
@@ -448,7 +448,7 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
         return t[x.name] < t[y.name]          # the champion keeps its place on a tie
 
     b_wins = beats(b, a)
-    return Duel(a.name, b.name, t[a.name] * 1e3, t[b.name] * 1e3, b.name if b_wins else a.name, s.duel_rounds > 0)
+    return Duel(a.name, b.name, t[a.name], t[b.name], b.name if b_wins else a.name, s.duel_rounds > 0)
 
 
 def _compare(ctx: _Context, found: _Found) -> Selected:
@@ -499,8 +499,8 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
             return
         duel = _duel(ctx, champion, challenger)
         duels.append(duel)
-        log.info("side by side: %s %s, %s %s; %s kept", _who(duel.first), _ms(duel.first_ms * 1e-3),
-                 _who(duel.second), _ms(duel.second_ms * 1e-3), _who(duel.winner))
+        log.info("side by side: %s %s, %s %s; %s kept", _who(duel.first), _ms(duel.first_s),
+                 _who(duel.second), _ms(duel.second_s), _who(duel.winner))
         loser = challenger if duel.winner == champion.name else champion
         champion = challenger if duel.winner == challenger.name else champion
         if loser.name == SPLIT and split is not None:
@@ -533,8 +533,8 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         return _result(ctx, champion.plan, champion.session, champion.selection, None, champion.name, why, split,
                        rounds, solve_s, (), len(costs), inaccurate, champion.check)
     last = duels[-1]
-    kept_ms = last.first_ms if last.winner == last.first else last.second_ms
-    measured = kept_ms * 1e-3 if last.timed else (split.measured_s if champion.name == SPLIT and split else None)
+    kept_s = last.first_s if last.winner == last.first else last.second_s
+    measured = kept_s if last.timed else (split.measured_s if champion.name == SPLIT and split else None)
     if champion.name == SPLIT:
         assert split is not None
         why = _why_split(ctx, split, duels)
@@ -565,12 +565,12 @@ def _why_split_alone(ctx: _Context, split: _Timed) -> str:
            f"no engine's whole-model kernel was available to compare{_after_exclusions(ctx)}"
 
 
-def _duel_ms(duels: Sequence[Duel]) -> dict[str, float]:
+def _duel_s(duels: Sequence[Duel]) -> dict[str, float]:
     """Each contender's median in the last timed duel it was in."""
     out: dict[str, float] = {}
     for d in duels:
         if d.timed:
-            out[d.first], out[d.second] = d.first_ms, d.second_ms
+            out[d.first], out[d.second] = d.first_s, d.second_s
     return out
 
 
@@ -579,20 +579,20 @@ def _why_split(ctx: _Context, split: _Timed, duels: Sequence[Duel]) -> str:
     if not any(d.timed for d in duels):
         return (f"the best split plan ({n} kernels) was predicted faster than every whole-model "
                 f"kernel's profile (side-by-side comparison off){_after_exclusions(ctx)}")
-    won = ", ".join(f"{_ms(d.first_ms * 1e-3 if d.first == SPLIT else d.second_ms * 1e-3)} against "
+    won = ", ".join(f"{_ms(d.first_s if d.first == SPLIT else d.second_s)} against "
                     f"{(d.second if d.first == SPLIT else d.first)}'s "
-                    f"{_ms(d.second_ms * 1e-3 if d.first == SPLIT else d.first_ms * 1e-3)}" for d in duels)
+                    f"{_ms(d.second_s if d.first == SPLIT else d.first_s)}" for d in duels)
     return f"the best split plan ({n} kernels) beat every whole model side by side: {won}{_after_exclusions(ctx)}"
 
 
 def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence[Duel],
                inaccurate: Mapping[str, str]) -> str:
     s = ctx.settings.selection
-    timed = _duel_ms(duels)
+    timed = _duel_s(duels)
     lost = [d.first if d.winner == d.second else d.second for d in duels]
-    others = [f"{b}'s {_ms(timed[b] * 1e-3)}" for b in lost if b != SPLIT and b in timed]
+    others = [f"{b}'s {_ms(timed[b])}" for b in lost if b != SPLIT and b in timed]
     also = f" (other whole models, side by side: {', '.join(others)})" if others else ""
-    mine = f"{winner}'s whole model " + (f"{_ms(timed[winner] * 1e-3)}" if winner in timed else
+    mine = f"{winner}'s whole model " + (f"{_ms(timed[winner])}" if winner in timed else
                                          f"profiled at {_ms(ctx.whole[winner].cost)}")
     if inaccurate:
         also += "; failed the accuracy check: " + "; ".join(inaccurate.values())
@@ -608,11 +608,11 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
     met = next((d for d in duels if SPLIT in (d.first, d.second) and d.timed), None)
     if met is not None:
         rival = met.second if met.first == SPLIT else met.first
-        mine_ms, rival_ms = (met.first_ms, met.second_ms) if met.first == SPLIT else (met.second_ms, met.first_ms)
-        margin = "" if mine_ms > rival_ms else \
+        mine_s, rival_s = (met.first_s, met.second_s) if met.first == SPLIT else (met.second_s, met.first_s)
+        margin = "" if mine_s > rival_s else \
             f"; a split plan must be {100 * (1 - s.multi_kernel_margin):.0f}% faster to pay for its boundaries"
         return (f"one engine runs the whole model: the best split plan ({n} kernels) measured "
-                f"{_ms(mine_ms * 1e-3)} side by side with {rival}'s whole model {_ms(rival_ms * 1e-3)}{margin}; "
+                f"{_ms(mine_s)} side by side with {rival}'s whole model {_ms(rival_s)}{margin}; "
                 f"kept {mine}{also}")
     return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
             f"{_ms(split.predicted_s)} and measured {_ms(split.measured_s)}, {winner}'s whole model profiled "
@@ -634,7 +634,7 @@ def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, m
         split_predicted_ms=split.predicted_s * 1e3 if split is not None else None,
         split_measured_ms=split.measured_s * 1e3 if split is not None and split.measured_s is not None else None,
         whole_model_ms={b: o.cost * 1e3 for b, o in sorted(ctx.whole.items())},
-        side_by_side_ms=_duel_ms(duels), duels=tuple(duels), in_plan_costs=in_plan_costs,
+        side_by_side_ms={k: v * 1e3 for k, v in _duel_s(duels).items()}, duels=tuple(duels), in_plan_costs=in_plan_costs,
         cycle_cuts=selection.cycle_cuts, resolves=selection.resolves, inaccurate=dict(inaccurate or {}),
         excluded=tuple(ctx.excluded.values()))
     return Selected(plan, session, stats, check)
