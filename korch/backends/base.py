@@ -7,6 +7,7 @@ profiler, never guessed here.
 
 from __future__ import annotations
 
+import ctypes
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,19 @@ class Backend(ABC):
         `shares_weights`): the data of the initializers at regions.SHARED_LOCATION, by name; an engine
         that keeps using the arrays' memory keeps them alive."""
         raise NotImplementedError(f"backend {self.name} does not run ONNX models")
+
+
+def writable_alias(array: np.ndarray) -> np.ndarray:
+    """`array` itself, or, if it is read-only (korch's graph constants are), a writable array over the
+    same memory, for an engine that takes weights without copying but only as writable memory it
+    never writes to (OpenVINO's shared Constant, torch.from_numpy). The alias does not keep `array`
+    alive: the kernel does."""
+    if array.flags.writeable or array.nbytes == 0:
+        return array
+    if not array.flags.c_contiguous:
+        raise ValueError("only a contiguous array can be shared")
+    memory = (ctypes.c_byte * array.nbytes).from_address(array.ctypes.data)
+    return np.frombuffer(memory, dtype=array.dtype).reshape(array.shape)
 
 
 _REGISTRY: dict[str, Callable[[], Backend]] = {}

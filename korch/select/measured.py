@@ -425,7 +425,7 @@ class _Contender:
     selection: Selection
     session: Session
     check: PlanCheck | None
-    estimate_s: float                     # its predicted (or measured) time, before any duel
+    estimate_s: float                     # predicted: profiles (and boundary costs) decide when duels are off
 
 
 def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
@@ -467,7 +467,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
     champion: _Contender | None = None
     if split_timed:
         assert split is not None and split.session is not None and split.measured_s is not None
-        champion = _Contender(SPLIT, split.plan, split.selection, split.session, checked.check, split.measured_s)
+        champion = _Contender(SPLIT, split.plan, split.selection, split.session, checked.check, split.predicted_s)
     elif split is not None and split.session is not None:
         split = replace(split, session=None)     # failed the check: not kept alive through the duels
         ctx.drop_kernels()
@@ -513,12 +513,11 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
     for backend in _contenders(ctx, split if split_timed else None):
         if (c := admit(backend)) is not None:
             meet(c)
-    if not admitted:    # no whole model passed (and no split plan was timed): the other engines, cheapest first
+    if not admitted and not split_timed:    # every contender failed: the other engines, cheapest first
         for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
             if (c := admit(backend)) is not None:
                 meet(c)
-                if not split_timed:
-                    break
+                break
     if champion is None:
         if inaccurate:
             raise VerificationError("no plan passes the accuracy check: " + "; ".join(inaccurate.values()))

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from korch.backends.base import Backend, CompileOptions, Kernel
+from korch.backends.base import Backend, CompileOptions, Kernel, writable_alias
 from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, Prim, unsupported_reason
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
@@ -59,7 +59,11 @@ class CandidateModule(torch.nn.Module):
         self.constant_buffers: list[tuple[str, str]] = []
         for k, (name, array) in enumerate(graph.constants.items()):
             buffer = f"const{k}"          # graph value names ("%c3") are not attribute names
-            self.register_buffer(buffer, torch.from_numpy(np.array(array, copy=True)).to(device))
+            # the graph's own memory, not a copy: frozen, Inductor folds and prepacks from it and never
+            # writes to it, and what its code still reads (the original beside MKL's packed copy) is
+            # then the graph's array, which the kernel keeps alive
+            shared = writable_alias(array) if array.flags.c_contiguous else np.array(array, copy=True)
+            self.register_buffer(buffer, torch.from_numpy(shared).to(device))
             self.constant_buffers.append((name, buffer))
         self.steps = [Step(LOWERINGS[n.op], Prim.of(n, graph), n.inputs, n.output,
                            TORCH_DTYPES[graph.types[n.output].dtype]) for n in graph.nodes]
@@ -80,9 +84,11 @@ class InductorKernel(Kernel):
     """`copies`: indices of outputs that are not fresh buffers (see `outputs_to_copy`); run copies them."""
 
     def __init__(self, fn: Callable[..., tuple[torch.Tensor, ...]], threads: int, device: str,
-                 copies: tuple[int, ...], modules: Sequence[ModuleType] = ()) -> None:
+                 copies: tuple[int, ...], modules: Sequence[ModuleType] = (),
+                 constants: Sequence[np.ndarray] = ()) -> None:
         self.fn = fn
         self.modules = tuple(modules)       # the generated code and its frozen constants: freed with the kernel
+        self.constants = tuple(constants)   # the graph's arrays its frozen constants may share (CandidateModule)
         self.threads = threads
         self.device = device
         self.copies = copies
@@ -149,7 +155,7 @@ class InductorBackend(Backend):
                             graph.name, type(error).__name__, error)
                 fn = self._compile(graph, options, example, freezing=False)
         copies = outputs_to_copy(fn, example) if self.device == "cpu" else ()          # .cpu() copies anyway
-        return InductorKernel(fn, options.threads, self.device, copies, modules)
+        return InductorKernel(fn, options.threads, self.device, copies, modules, tuple(graph.constants.values()))
 
     def _compile(self, graph: Graph, options: CompileOptions, example: list[torch.Tensor],
                  freezing: bool) -> Callable[..., tuple[torch.Tensor, ...]]:

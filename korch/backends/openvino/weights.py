@@ -26,7 +26,6 @@ gpt2-small 810 -> 515 (onnxruntime from the .onnx file: 720, 517-663, 706); comp
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,6 +37,7 @@ import onnx
 import openvino as ov
 from onnx import helper
 
+from korch.backends.base import writable_alias
 from korch.frontend.regions import SHARED_LOCATION
 
 # How often pages are dropped while OpenVINO compiles: what it read in the last interval is resident
@@ -115,18 +115,6 @@ def dropping_pages(maps: Sequence[mmap.mmap], interval_s: float = DROP_INTERVAL_
         stop.set()
         thread.join()
         drop()
-
-
-def writable_alias(array: np.ndarray) -> np.ndarray:
-    """`array` itself, or, if it is read-only (korch's graph constants are), a writable array over the
-    same memory: OpenVINO's shared Constant refuses read-only memory though it never writes to it (see
-    detach_external). The alias does not keep `array` alive; the caller does."""
-    if array.flags.writeable or array.nbytes == 0:
-        return array
-    if not array.flags.c_contiguous:
-        raise ValueError("only a contiguous array can be shared with OpenVINO")
-    memory = (ctypes.c_byte * array.nbytes).from_address(array.ctypes.data)
-    return np.frombuffer(memory, dtype=array.dtype).reshape(array.shape)
 
 
 def bind_constants(model: ov.Model, arrays: Mapping[str, np.ndarray]) -> None:
