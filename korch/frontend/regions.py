@@ -63,10 +63,14 @@ def is_shared(tensor: onnx.TensorProto) -> bool:
         e.key == "location" and e.value == SHARED_LOCATION for e in tensor.external_data)
 
 
-def _shareable(tensor: onnx.TensorProto, array: np.ndarray | None) -> bool:
-    """An embedded initializer of weight size whose graph constant is the same tensor, contiguous."""
-    return (array is not None and tensor.data_location != onnx.TensorProto.EXTERNAL
-            and array.nbytes >= FOLDED_WEIGHT_MIN_BYTES and array.flags.c_contiguous
+def _shareable(tensor: onnx.TensorProto, prim: str | None, constants: Mapping[str, np.ndarray]) -> bool:
+    """An embedded initializer of weight size whose graph constant is the same tensor, contiguous.
+    (An EXTERNAL one is in a saved plan's weights file, which the engine maps itself: its constant is
+    not even read, since a loaded plan reads constants from disk on first use.)"""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or prim is None or prim not in constants:
+        return False
+    array = constants[prim]
+    return (array.nbytes >= FOLDED_WEIGHT_MIN_BYTES and array.flags.c_contiguous
             and tuple(array.shape) == tuple(tensor.dims)
             and array.dtype == helper.tensor_dtype_to_np_dtype(tensor.data_type))
 
@@ -106,7 +110,7 @@ def _region(source: OnnxSource, graph: Graph, candidate: Candidate,
                 continue
             prim = source.value_map.get(name)
             if name in initializers:
-                if share and _shareable(initializers[name], graph.constants.get(prim) if prim else None):
+                if share and _shareable(initializers[name], prim, graph.constants):
                     shared[name] = graph.constants[prim]
                     new_initializers.append(shared_initializer(name, shared[name]))
                 else:
