@@ -165,17 +165,10 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     sweep = CacheSweep() if settings.cold_cache else None
     stream = _streamed_values(graph, feeds, jobs)
     transient: list[Record] = []
-    engine = None
     for done in range(1, len(jobs) + 1):
         t0 = time.perf_counter()
         job, env = next(stream)
         seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
-        if job.backend != engine:
-            # the last engine's compiles left their freed copies in the heap: yolov4's RSS grew 1.1 ->
-            # 2.7 GB over its onnxruntime profiles and peaked at 4.4 GB in OpenVINO's, and a trim
-            # after profiling gave 2.4 GB back; trimmed here, that is not under the next engine's
-            release_freed_heap()
-            engine = job.backend
         record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds, sweep)
         if record.kind is Rejection.TRANSIENT:
             transient.append(record)
