@@ -83,6 +83,16 @@ class Duel:
     winner: str
     timed: bool = True                    # False: side-by-side comparison off, profiles decided
 
+    @property
+    def loser(self) -> str:
+        return self.second if self.winner == self.first else self.first
+
+    def of(self, name: str) -> tuple[float, str, float]:
+        """`name`'s median, its rival, and the rival's median."""
+        if name == self.first:
+            return self.first_s, self.second, self.second_s
+        return self.second_s, self.first, self.first_s
+
 
 @dataclass(frozen=True)
 class SelectionStats:
@@ -439,15 +449,12 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
         t = {k: v.median_s for k, v in side_by_side(fns, s.duel_rounds, one, warmup=1).items()}
     else:
         t = {a.name: a.estimate_s, b.name: b.estimate_s}
-
-    def beats(x: _Contender, y: _Contender) -> bool:
-        if x.name == SPLIT:
-            return t[x.name] <= s.multi_kernel_margin * t[y.name]
-        if y.name == SPLIT:
-            return t[y.name] > s.multi_kernel_margin * t[x.name]
-        return t[x.name] < t[y.name]          # the champion keeps its place on a tie
-
-    b_wins = beats(b, a)
+    if b.name == SPLIT:
+        b_wins = t[b.name] <= s.multi_kernel_margin * t[a.name]
+    elif a.name == SPLIT:
+        b_wins = t[a.name] > s.multi_kernel_margin * t[b.name]
+    else:
+        b_wins = t[b.name] < t[a.name]        # the champion keeps its place on a tie
     return Duel(a.name, b.name, t[a.name], t[b.name], b.name if b_wins else a.name, s.duel_rounds > 0)
 
 
@@ -501,8 +508,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         duels.append(duel)
         log.info("side by side: %s %s, %s %s; %s kept", _who(duel.first), _ms(duel.first_s),
                  _who(duel.second), _ms(duel.second_s), _who(duel.winner))
-        loser = challenger if duel.winner == champion.name else champion
-        champion = challenger if duel.winner == challenger.name else champion
+        loser, champion = (challenger, champion) if duel.winner == champion.name else (champion, challenger)
         if loser.name == SPLIT and split is not None:
             split = replace(split, session=None)
             ctx.drop_kernels()
@@ -532,8 +538,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         return _result(ctx, champion.plan, champion.session, champion.selection, None, champion.name, why, split,
                        rounds, solve_s, (), len(costs), inaccurate, champion.check)
     last = duels[-1]
-    kept_s = last.first_s if last.winner == last.first else last.second_s
-    measured = kept_s if last.timed else (split.measured_s if champion.name == SPLIT and split else None)
+    measured = last.of(last.winner)[0] if last.timed else (split.measured_s if champion.name == SPLIT and split else None)
     if champion.name == SPLIT:
         assert split is not None
         why = _why_split(ctx, split, duels)
@@ -578,9 +583,8 @@ def _why_split(ctx: _Context, split: _Timed, duels: Sequence[Duel]) -> str:
     if not any(d.timed for d in duels):
         return (f"the best split plan ({n} kernels) was predicted faster than every whole-model "
                 f"kernel's profile (side-by-side comparison off){_after_exclusions(ctx)}")
-    won = ", ".join(f"{_ms(d.first_s if d.first == SPLIT else d.second_s)} against "
-                    f"{(d.second if d.first == SPLIT else d.first)}'s "
-                    f"{_ms(d.second_s if d.first == SPLIT else d.first_s)}" for d in duels)
+    won = ", ".join(f"{_ms(mine)} against {rival}'s {_ms(theirs)}"
+                    for mine, rival, theirs in (d.of(SPLIT) for d in duels))
     return f"the best split plan ({n} kernels) beat every whole model side by side: {won}{_after_exclusions(ctx)}"
 
 
@@ -588,8 +592,7 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
                inaccurate: Mapping[str, str]) -> str:
     s = ctx.settings.selection
     timed = _duel_s(duels)
-    lost = [d.first if d.winner == d.second else d.second for d in duels]
-    others = [f"{b}'s {_ms(timed[b])}" for b in lost if b != SPLIT and b in timed]
+    others = [f"{d.loser}'s {_ms(timed[d.loser])}" for d in duels if d.loser != SPLIT and d.loser in timed]
     also = f" (other whole models, side by side: {', '.join(others)})" if others else ""
     mine = f"{winner}'s whole model " + (f"{_ms(timed[winner])}" if winner in timed else
                                          f"profiled at {_ms(ctx.whole[winner].cost)}")
@@ -606,8 +609,7 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
                 f"profiled at {_ms(ctx.whole[winner].cost)}{also}")
     met = next((d for d in duels if SPLIT in (d.first, d.second) and d.timed), None)
     if met is not None:
-        rival = met.second if met.first == SPLIT else met.first
-        mine_s, rival_s = (met.first_s, met.second_s) if met.first == SPLIT else (met.second_s, met.first_s)
+        mine_s, rival, rival_s = met.of(SPLIT)
         margin = "" if mine_s > rival_s else \
             f"; a split plan must be {100 * (1 - s.multi_kernel_margin):.0f}% faster to pay for its boundaries"
         return (f"one engine runs the whole model: the best split plan ({n} kernels) measured "

@@ -38,7 +38,7 @@ import openvino as ov
 from onnx import helper
 
 from korch.backends.base import writable_alias
-from korch.frontend.regions import SHARED_LOCATION
+from korch.frontend.regions import is_shared
 
 # How often pages are dropped while OpenVINO compiles: what it read in the last interval is resident
 # at once. bert-base's whole model peaked at 501 MB at 50 ms, 487 at 10 ms, 884 dropping only after.
@@ -59,13 +59,13 @@ def detach_external(model: onnx.ModelProto, directory: Path | None,
     maps: dict[str, mmap.mmap] = {}
     arrays: dict[str, np.ndarray] = {}
     for tensor in external:
-        info = {e.key: e.value for e in tensor.external_data}
-        location, offset = info.get("location", ""), int(info.get("offset", 0))
-        if location == SHARED_LOCATION:
+        if is_shared(tensor):
             if tensor.name not in shared:
                 raise ValueError(f"initializer {tensor.name!r} is a shared array, but none was given")
             arrays[tensor.name] = shared[tensor.name]
             continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location, offset = info.get("location", ""), int(info.get("offset", 0))
         if directory is None:
             raise ValueError(f"initializer {tensor.name!r} is in {location}, but no directory was given")
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
