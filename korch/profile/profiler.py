@@ -81,8 +81,8 @@ def trusted(record: Record) -> bool:
 
 def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequence[Job]):
     """Yield (job, values) in order of each job's last node, computing reference values lazily and
-    dropping those no later node or job needs."""
-    need_until: dict[str, int] = {}
+    dropping each one as soon as no later node or job needs it."""
+    need_until: dict[str, int] = {}      # the last position (node index, or job end) that reads a value
     for k, node in enumerate(graph.nodes):
         for v in node.inputs:
             need_until[v] = max(need_until.get(v, -1), k)
@@ -91,8 +91,19 @@ def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequen
         end = max(job.candidate.nodes) + 1
         for v in job.candidate.inputs + job.candidate.outputs:
             need_until[v] = max(need_until.get(v, -1), end)
+    # A value dies when the position passes its last need. It is dropped by that schedule, not when
+    # a consumer runs: a job can need a value after its last consumer, and no node would drop it then
+    # (yolov4 kept every activation, 1.7 GB, against a true peak of 0.3 GB).
+    dies: dict[int, list[str]] = {}
+    for k, node in enumerate(graph.nodes):
+        dies.setdefault(max(need_until.get(node.output, -1), k) + 1, []).append(node.output)
+    for name in feeds:
+        if name not in graph.constants:
+            dies.setdefault(need_until.get(name, -1) + 1, []).append(name)
     env: dict[str, np.ndarray] = {**graph.constants, **feeds}
     position = 0
+    for v in dies.pop(0, ()):
+        env.pop(v, None)
     for job in sorted(jobs, key=lambda j: max(j.candidate.nodes)):
         end = max(job.candidate.nodes)
         while position <= end:
@@ -100,9 +111,8 @@ def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequen
             t = graph.types[node.output]
             env[node.output] = conform(evaluate(node, [env[i] for i in node.inputs], t.dtype.numpy), t)
             position += 1
-            for v in node.inputs:
-                if need_until.get(v, -1) < position and v not in graph.constants and v in env:
-                    del env[v]
+            for v in dies.pop(position, ()):
+                env.pop(v, None)
         yield job, env
 
 
