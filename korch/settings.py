@@ -35,21 +35,14 @@ class ProfileSettings:
     inductor_budget: int = 40
     # Regions compiled by Inductor take seconds to a minute each: the largest few, the whole graph first.
     inductor_region_budget: int = 4
-    # Guided profiling (korch/profile/guided.py): a backend is profiled only where the BLP, given each
-    # unmeasured kernel its predicted time x `guide_optimism`, would choose it; the budgets above then
-    # do not apply to it.
+    # Guided profiling (korch/profile/guided.py): a backend whose cost model has learned from this
+    # machine's profiles is profiled only where the BLP, given each unmeasured kernel its predicted
+    # time x `guide_optimism`, would choose it; the budgets above then do not apply to it.
     guided: bool = True
     # Which backends may be guided. Inductor is left out until its compiles are cheap: guided, it
     # compiled 249 kernels (247 s) on yolox-nano and 609 (990 s, not finished) on segformer-b0,
     # against its budget of 44 (BENCHMARKS.md). Add "inductor" to let it see every fused candidate.
     guided_backends: tuple[str, ...] = ("onnxruntime", "openvino")
-    # A guided backend whose cost model has not learned yet (a new machine: fewer than
-    # CostModelSettings.min_rows timed kernels) is guided by its roofline prior alone, rescaled by
-    # the random sample below. Held out over seven zoo models the prior ranked kernels as well as the
-    # learned model (PCA 0.66-0.94 against 0.63-0.95, BENCHMARKS.md), and profiling every candidate
-    # is most of a cold optimize (yolov4: 4,308 kernels, 384 of 460 s). False: a backend without a
-    # learned model is profiled in full, as the training set for its first model.
-    guide_by_prior: bool = True
     # How far below its (rescaled) prediction a kernel may measure and still be found. Held out of
     # training, 65-98% of a zoo model's onnxruntime kernels and 92-100% of its OpenVINO regions measure
     # above half their prediction (benchmarks/costmodel_quality.py, BENCHMARKS.md); those below matter

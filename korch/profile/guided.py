@@ -1,9 +1,8 @@
 """Profiling guided by the cost models: measure only the kernels that could enter the best split plan.
 
 Profiling every candidate on every backend is what makes a cold optimize take minutes, and what
-forced a fixed budget on Inductor. A guided backend (`ProfileSettings.guided_backends`) is profiled
-instead by solving over its cost model's predictions (korch/costmodel: a correction learned from
-this machine's profiles, or on a new machine the roofline prior alone, `guide_by_prior`):
+forced a fixed budget on Inductor. A backend whose cost model has learned from this machine's
+profiles (korch/costmodel) is profiled instead by solving:
 
 1. The whole-model kernels, and every pair the database already holds, are read or measured first.
 2. A random sample of `guide_sample` legal unmeasured pairs per backend is measured: the median of
@@ -20,10 +19,10 @@ this machine's profiles, or on a new machine the roofline prior alone, `guide_by
 
 A guided backend chooses from every candidate it could run: Inductor's budget of fused candidates
 does not apply to it when it is guided (`ProfileSettings.guided_backends`; not by default, because
-its compiles cost seconds each). Other backends (and, with `guide_by_prior` off, a backend whose
-model has not learned yet) are profiled as before: every candidate of their budgeted pool. Legality
-(can the backend compile it at all) is asked before predicting, so nothing illegal reaches the
-solver as an optimistic option.
+its compiles cost seconds each). Backends without a learned model (a new machine, or too few
+profiles) are profiled as before: every candidate of their budgeted pool. Legality (can the backend
+compile it at all) is asked before predicting, so nothing illegal reaches the solver as an
+optimistic option.
 """
 
 from __future__ import annotations
@@ -79,7 +78,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     if ps.guided:
         for name in (n for n in pools if n in ps.guided_backends):
             model = load_or_train(db, name, machine, settings=settings.cost_model)
-            if model.booster is not None or ps.guide_by_prior:
+            if model.booster is not None:
                 models[name] = model
     if not models:
         return _profile(graph, pools, db, settings, machine, source, progress), GuideStats()
