@@ -1,0 +1,136 @@
+"""Guided profiling replayed over a model's exhaustive profiles: how many kernels it measures at each
+optimism, and how far its split plan is from the one profiling everything finds, without noise.
+
+    python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0]
+
+DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
+into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
+its roofline priors (each guided backend predicted by its prior alone, rescaled by the same random
+sample guided profiling takes), but "measuring" a kernel reads its stored record instead of
+compiling and timing it. For each `guide_optimism` (the factor on each unmeasured kernel's rescaled
+prediction) it prints the rounds, the pairs measured out of the legal ones, the solver's seconds,
+and the split plan kept (over measured kernels) against the exhaustive optimum, both in profiled
+(predicted) time: the regret of guidance before any engine runs. A replay cannot see a kernel the
+exhaustive profiles lack, and a real run also pays for measuring (BENCHMARKS.md has both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from korch.api import default_backends  # noqa: E402
+from korch.backends import get_backend  # noqa: E402
+from korch.costmodel.model import CostModel, MachinePeaks, model_path, read_model  # noqa: E402
+from korch.pipeline import candidate_universe, enumerate_all, profile_pools, run_fission  # noqa: E402
+from korch.profile.boundaries import boundary_model  # noqa: E402
+from korch.profile.database import DB_FILENAME, ProfileDB, Rejection, Status, machine_fingerprint  # noqa: E402
+from korch.profile.guided import _calibration_sample, _options, _predicted_costs, _scale, solve_until_stable  # noqa: E402
+from korch.profile.profiler import accepted, record_version  # noqa: E402
+from korch.select.blp import SelectionError, solve  # noqa: E402
+from korch.settings import OptimizeSettings  # noqa: E402
+
+
+def replay(model: str, cache: Path, threads: int, optimisms: list[float]) -> None:
+    settings = OptimizeSettings(threads=threads, backends=default_backends())
+    ps = settings.profile
+    machine = machine_fingerprint()
+    fissioned = run_fission(model, None, cache_dir=cache)
+    graph = fissioned.graph
+    whole = len(graph.nodes)
+    cands = enumerate_all(graph, settings)
+    pools = profile_pools(graph, cands, settings)
+    universe = candidate_universe(cands, settings)
+    guided = [name for name in pools if name in ps.guided_backends]
+    with ProfileDB(cache / DB_FILENAME) as db:
+        truth = {}
+        for name in pools:
+            keys = list({c.key for c in (universe[name] if name in guided else pools[name])})
+            stored = db.get_many(keys, name, record_version(get_backend(name), ps), threads, machine)
+            truth.update({(key, name): r for key, r in stored.items()})
+        boundaries = boundary_model(db, settings.backends, threads, machine, settings.calibration, ps.cold_cache)
+    whole_ort = next((r for (key, name), r in truth.items() if name == "onnxruntime"
+                      and any(c.key == key and c.size == whole for c in pools[name])), None)
+    tolerance = settings.accuracy.tolerance(whole_ort.error if whole_ort is not None and whole_ort.error else 0.0)
+    usable_all = {pair: r.median_s for pair, r in truth.items() if accepted(r, tolerance) and r.median_s}
+    run_pools = {name: (universe[name] if name in guided else pools[name]) for name in pools}
+    legal = {}
+    for name in guided:
+        for c in universe[name]:
+            r = truth.get((c.key, name))
+            if c.size == whole or r is None:
+                continue
+            if r.status is Status.REJECTED and r.kind is Rejection.UNSUPPORTED:
+                continue
+            legal.setdefault((c.key, name), c)
+    missing = sum(1 for name in guided for c in universe[name] if (c.key, name) not in truth)
+    models = {}
+    for name in guided:
+        saved = read_model(model_path(cache, name, machine), name, machine)
+        models[name] = CostModel(name, machine, saved.peaks if saved is not None else MachinePeaks.measure())
+    predicted = _predicted_costs(graph, legal, models, settings)
+
+    def boundary(p: str, c: str, v: str) -> float:
+        return boundaries.cost(p, c, graph.types[v])
+
+    def solve_split(options):
+        return solve(options, graph.inputs, graph.outputs, required=range(whole),
+                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+
+    best = solve_split(_options(run_pools, usable_all, {}, {}, whole)[0]).cost
+    print(f"{model}: {len(legal)} legal guided pairs ({missing} without a stored record, left out); "
+          f"exhaustive split optimum {best * 1e3:.3f} ms")
+    print("| optimism | rounds | stable | measured / legal | solver s | split plan kept ms | regret (predicted) |")
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    for optimism in optimisms:
+        pending = dict(legal)
+        usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
+        sample = _calibration_sample(pending, models, ps.guide_sample, settings.seed)
+        asked = 0
+        for pairs in sample.values():
+            for pair in pairs:
+                del pending[pair]
+                asked += 1
+                if pair in usable_all:
+                    usable[pair] = usable_all[pair]
+        scale = {name: _scale(truth, predicted, pairs) for name, pairs in sample.items()}
+        optimistic = {pair: predicted[pair] * scale[pair[1]] * optimism for pair in pending}
+
+        def measure(want) -> None:
+            nonlocal asked
+            for name, cs in want.items():
+                for c in cs:
+                    asked += 1
+                    if (c.key, name) in usable_all:
+                        usable[(c.key, name)] = usable_all[(c.key, name)]
+
+        t0 = time.perf_counter()
+        rounds, stable = solve_until_stable(run_pools, usable, pending, optimistic, whole,
+                                            lambda options: solve_split(options).chosen, measure,
+                                            ps.guide_rounds, ps.guide_batch)
+        seconds = time.perf_counter() - t0
+        try:
+            kept = solve_split(_options(run_pools, usable, {}, {}, whole)[0]).cost
+            kept_text, regret = f"{kept * 1e3:.3f}", f"{kept / best - 1:+.2%}"
+        except SelectionError:
+            kept_text, regret = "none", "-"
+        print(f"| {optimism:g} | {rounds} | {'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
+              f"({asked / max(1, len(legal)):.0%}) | {seconds:.0f} | {kept_text} | {regret} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--optimism", type=float, nargs="+", default=[0.5, 0.8, 1.0])
+    parser.add_argument("model")
+    args = parser.parse_args()
+    replay(args.model, args.cache, args.threads, args.optimism)
+
+
+if __name__ == "__main__":
+    main()
