@@ -374,17 +374,30 @@ class ProfileDB:
                          [(machine, threads, versions, p, c, layout, line.fixed_s, line.s_per_byte, now)
                           for (p, c, layout), line in lines.items()])
 
-    def put_features(self, model: str, version: int, vectors: Mapping[str, Sequence[float]]) -> None:
-        """Store each key's feature vector (kept if one of this version is there) and that `model` saw it."""
-        if not vectors:
+    def put_features(self, model: str, version: int, vectors: Mapping[str, Sequence[float]],
+                     seen: Iterable[str] = ()) -> None:
+        """Store each key's feature vector (kept if one of this version is there), and that `model` saw
+        it and each key of `seen` (keys whose vector is stored already)."""
+        keys = list(dict.fromkeys([*vectors, *seen]))
+        if not keys:
             return
         self._transaction([
             ("INSERT INTO features (candidate_key, version, vector) VALUES (?, ?, ?) ON CONFLICT(candidate_key) "
              "DO UPDATE SET version = excluded.version, vector = excluded.vector "
              "WHERE features.version != excluded.version",
              [(k, version, json.dumps(list(v))) for k, v in vectors.items()]),
-            ("INSERT OR IGNORE INTO sightings (candidate_key, model) VALUES (?, ?)", [(k, model) for k in vectors]),
+            ("INSERT OR IGNORE INTO sightings (candidate_key, model) VALUES (?, ?)", [(k, model) for k in keys]),
         ])
+
+    def keys_with_features(self, candidate_keys: Iterable[str], version: int) -> set[str]:
+        """Those of `candidate_keys` whose feature vector of `version` is stored."""
+        keys = list(dict.fromkeys(candidate_keys))
+        found: set[str] = set()
+        for start in range(0, len(keys), GET_MANY_CHUNK):
+            chunk = keys[start:start + GET_MANY_CHUNK]
+            sql = f"SELECT candidate_key FROM features WHERE version = ? AND candidate_key IN ({', '.join('?' * len(chunk))})"
+            found.update(row[0] for row in self._query(sql, (version, *chunk)))
+        return found
 
     def timed_with_features(self, backend: str, machine: str, version: int) -> list[TimedKernel]:
         """Every timed (ok) record of `backend` on `machine` whose key has a feature vector of `version`,

@@ -104,6 +104,8 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         return outcome, GuideStats(tuple(sorted(models)), 0, len(pending), True)
     records = dict(outcome.records)
     pending = {pair: c for pair, c in pending.items() if pair not in records}
+    if not pending:               # every kernel is measured already (a warm run): no solve can ask for more
+        return outcome, GuideStats(tuple(sorted(models)), 0, 0, True)
     illegal = _refusals(graph, pending, settings, machine)
     db.put_many(illegal)                  # as the profiler records them: a warm run reads, never asks again
     for r in illegal:

@@ -175,6 +175,11 @@ def test_features_and_sightings_feed_cost_models_and_older_files_gain_the_tables
         assert db.timed_with_features("inductor", MACHINE, 2) == []
         db.put_features("model-3", 2, {"a": (5.0, 6.0, 7.0)})      # a new feature version replaces the vector
         assert [r.features for r in db.timed_with_features("inductor", MACHINE, 2)] == [(5.0, 6.0, 7.0)]
+        # what a second model need not compute again: keys with a vector of the version asked
+        assert db.keys_with_features(["a", "b", "z"], 1) == {"b"} and db.keys_with_features(["a", "b"], 2) == {"a"}
+        db.put_features("model-4", 2, {}, seen=["a"])              # seen, its vector known: only the sighting
+        assert next(iter(db.timed_with_features("inductor", MACHINE, 2))).models == {"model-1", "model-2", "model-3",
+                                                                                      "model-4"}
     with sqlite3.connect(path) as conn:            # a file from before the cost-model tables
         conn.execute("DROP TABLE features")
         conn.execute("DROP TABLE sightings")

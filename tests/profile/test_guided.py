@@ -45,3 +45,11 @@ def test_guided_profiling_can_be_turned_off(trained: Path) -> None:
     with ProfileDB(trained) as db:
         _, _, stats = optimize(zoo.to_model_proto("gpt-mini"), db, off)
     assert stats.guide.backends == () and stats.profiled_new + stats.profiled_cached >= stats.unique_candidates
+
+
+def test_a_model_profiled_in_full_is_not_solved_again_once_its_backend_is_guided(trained: Path) -> None:
+    """candy-mini was profiled in full before onnxruntime's model learned; now guided, nothing is left
+    to measure, so no solve runs (a warm yolov4 spent 0.9 s on one)."""
+    with ProfileDB(trained) as db:
+        _, _, again = optimize(zoo.to_model_proto("candy-mini"), db, SETTINGS)
+    assert again.guide.backends == ("onnxruntime",) and again.guide.rounds == 0 and again.profiled_new == 0
