@@ -53,8 +53,8 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float]) -> Non
             stored = db.get_many(keys, name, record_version(get_backend(name), ps), threads, machine)
             truth.update({(key, name): r for key, r in stored.items()})
         boundaries = boundary_model(db, settings.backends, threads, machine, settings.calibration, ps.cold_cache)
-    whole_ort = next((r for (key, name), r in truth.items() if name == "onnxruntime"
-                      and any(c.key == key and c.size == whole for c in pools[name])), None)
+    whole_key = next((c.key for c in pools.get("onnxruntime", ()) if c.size == whole), None)
+    whole_ort = truth.get((whole_key, "onnxruntime"))          # its error sets the tolerance, as profiling's does
     tolerance = settings.accuracy.tolerance(whole_ort.error if whole_ort is not None and whole_ort.error else 0.0)
     usable_all = {pair: r.median_s for pair, r in truth.items() if accepted(r, tolerance) and r.median_s}
     run_pools = {name: (universe[name] if name in guided else pools[name]) for name in pools}

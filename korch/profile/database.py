@@ -286,16 +286,21 @@ class ProfileDB:
 
         One query per GET_MANY_CHUNK keys. Keys without a record are absent from the result.
         """
-        keys = list(dict.fromkeys(candidate_keys))
         columns = ", ".join(_KEY_COLUMNS + _VALUE_COLUMNS)
-        found: dict[str, Record] = {}
+        sql = (f"SELECT {columns} FROM profiles WHERE backend = ? AND backend_version = ? AND threads = ? "
+               "AND machine = ? AND candidate_key IN ({})")
+        rows = self._rows_for_keys(sql, (backend, backend_version, threads, machine), candidate_keys)
+        return {row[0]: Record(*row) for row in rows}
+
+    def _rows_for_keys(self, sql: str, params: Sequence[object], candidate_keys: Iterable[str]) -> list[tuple]:
+        """The rows of `sql`, whose last condition is `candidate_key IN ({})`, over `candidate_keys`:
+        one query per GET_MANY_CHUNK keys (SQLite bounds the parameters of one statement)."""
+        keys = list(dict.fromkeys(candidate_keys))
+        rows: list[tuple] = []
         for start in range(0, len(keys), GET_MANY_CHUNK):
             chunk = keys[start:start + GET_MANY_CHUNK]
-            sql = (f"SELECT {columns} FROM profiles WHERE backend = ? AND backend_version = ? AND threads = ? "
-                   f"AND machine = ? AND candidate_key IN ({', '.join('?' * len(chunk))})")
-            for row in self._query(sql, (backend, backend_version, threads, machine, *chunk)):
-                found[row[0]] = Record(*row)
-        return found
+            rows += self._query(sql.format(", ".join("?" * len(chunk))), (*params, *chunk))
+        return rows
 
     def put(self, record: Record) -> None:
         """Store one record (replacing one with the same key), committed before this returns."""
@@ -391,13 +396,9 @@ class ProfileDB:
 
     def keys_with_features(self, candidate_keys: Iterable[str], version: int) -> set[str]:
         """Those of `candidate_keys` whose feature vector of `version` is stored."""
-        keys = list(dict.fromkeys(candidate_keys))
-        found: set[str] = set()
-        for start in range(0, len(keys), GET_MANY_CHUNK):
-            chunk = keys[start:start + GET_MANY_CHUNK]
-            sql = f"SELECT candidate_key FROM features WHERE version = ? AND candidate_key IN ({', '.join('?' * len(chunk))})"
-            found.update(row[0] for row in self._query(sql, (version, *chunk)))
-        return found
+        rows = self._rows_for_keys("SELECT candidate_key FROM features WHERE version = ? AND candidate_key IN ({})",
+                                   (version,), candidate_keys)
+        return {row[0] for row in rows}
 
     def timed_with_features(self, backend: str, machine: str, version: int) -> list[TimedKernel]:
         """Every timed (ok) record of `backend` on `machine` whose key has a feature vector of `version`,
