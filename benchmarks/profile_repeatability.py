@@ -86,6 +86,9 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=120)
     parser.add_argument("--samples", type=int, default=10, help="timed samples per kernel and measurement")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--min-seconds", type=float, nargs="*", default=[],
+                        help="also time the profiler's protocol at each of these time floors, with its early "
+                             "stop, and compare each with the default floor's first pass")
     parser.add_argument("--cache", default=None, help="where the zoo model's export is cached")
     parser.add_argument("--json", default=None,
                         help="keep this run's medians here; if the file exists, compare with the run that wrote it")
@@ -118,13 +121,16 @@ def main() -> None:
     ps = ProfileSettings()
     results = {}
 
-    def as_profiled(precision):
-        return [measure(call, warmup=ps.warmup, repeats=ps.repeats, min_seconds=ps.min_seconds, before=sweep,
+    def as_profiled(precision, min_seconds=ps.min_seconds):
+        return [measure(call, warmup=ps.warmup, repeats=ps.repeats, min_seconds=min_seconds, before=sweep,
                         precision=precision) for call in calls]
 
-    for name, precision in (("profiler, min_seconds", None), (f"profiler, precision {ps.precision}", ps.precision)):
+    protocols = [("profiler, min_seconds", None, ps.min_seconds),
+                 (f"profiler, precision {ps.precision}", ps.precision, ps.min_seconds)]
+    protocols += [(f"profiler, precision {ps.precision}, min_seconds {m}", ps.precision, m) for m in args.min_seconds]
+    for name, precision, min_seconds in protocols:
         t0 = time.perf_counter()
-        a, b = as_profiled(precision), as_profiled(precision)
+        a, b = as_profiled(precision, min_seconds), as_profiled(precision, min_seconds)
         runs = statistics.mean(t.runs for t in a + b)
         results[name] = ([t.median_s for t in a], [t.median_s for t in b], (time.perf_counter() - t0) / 2, runs)
     t0 = time.perf_counter()
@@ -138,6 +144,12 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|")
     for name, (a, b, seconds, runs) in results.items():
         print(f"| {name} | {pairwise_accuracy(b, a):.3f} | {change(a, b) * 100:.1f}% | {seconds:.1f} | {runs:.1f} |")
+    default = results[protocols[1][0]][0]
+    for name, _, _ in protocols[2:]:
+        a = results[name][0]
+        print(f"{name} against the default's first pass: PCA {pairwise_accuracy(a, default):.3f}, "
+              f"median change {change(default, a) * 100:.1f}%, median ratio "
+              f"{statistics.median(y / x for x, y in zip(default, a)):.3f}")
     both = [(x + y) / 2 for x, y in zip(first, second)]
     inter = [(x + y) / 2 for x, y in zip(odd, even)]
     print(f"one at a time against interleaved (all samples of each): PCA {pairwise_accuracy(inter, both):.3f}, "
