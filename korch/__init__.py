@@ -15,8 +15,6 @@ if "torch" not in _sys.modules:
 
 from korch.errors import KorchError  # noqa: E402  (after GOMP_SPINCOUNT, as every import here)
 
-__version__ = "0.1.0"
-
 # The public API, imported on first use: running a saved plan (korch.runtime) should not load the
 # optimizer (korch.api -> pipeline -> selection, with scipy's solvers: ~20 MB of resident memory or
 # more), and a submodule imported on its own pays only for what it imports.
@@ -28,6 +26,10 @@ __all__ = ["KorchError", *sorted(_PUBLIC)]
 
 
 def __getattr__(name: str) -> object:
+    if name == "__version__":               # the installed package's metadata (korch/version.py)
+        from korch.version import package_version
+
+        return package_version()
     if name not in _PUBLIC:
         raise AttributeError(f"module 'korch' has no attribute {name!r}")
     import importlib
@@ -38,4 +40,4 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+    return sorted({*globals(), *_PUBLIC, "__version__"})

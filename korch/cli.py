@@ -121,6 +121,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from korch.plan import save_plan
 
     settings = _settings(args)
+    if args.shapes:
+        return _optimize_buckets(args, settings)
     with _open_db(args) as db:
         plan, _, stats = optimize(args.model, db, settings, _input_shapes(args.input_shape),
                                   progress=ProgressBar("profiling", not args.quiet))
@@ -128,6 +130,32 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(format_summary(stats, plan.kernels_by_backend()))
         print(f"wrote plan {args.output}")
+    return 0
+
+
+def _optimize_buckets(args: argparse.Namespace, settings) -> int:
+    """optimize --shapes: a plan per bucket, each summarised, saved together."""
+    from korch.pipeline import optimize_buckets
+    from korch.plan.buckets import save_bucketed
+    from korch.shapes import describe, parse_shapes
+
+    if args.input_shape:
+        raise UsageError("give --shapes (one plan per bucket) or --input-shape (one plan), not both")
+    shapes = parse_shapes(args.shapes)
+
+    def announce(k: int, bucket) -> None:
+        if not args.quiet:
+            print(f"bucket {k}: {describe(bucket)}", flush=True)
+
+    with _open_db(args) as db:
+        plans, stats, _ = optimize_buckets(args.model, db, settings, shapes,
+                                           ProgressBar("profiling", not args.quiet), announce)
+    save_bucketed(plans, args.output)
+    if not args.quiet:
+        for k, (bucket, st) in enumerate(zip(plans.buckets, stats)):
+            print(f"\nbucket {k}: {describe(bucket.shapes)} (plan {Path(args.output) / f'bucket-{k}'})")
+            print(format_summary(st, bucket.plan.kernels_by_backend()))
+        print(f"\nwrote plan {args.output}: {len(plans.buckets)} buckets; other shapes run on onnxruntime")
     return 0
 
 
@@ -184,8 +212,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as e:
             raise UsageError(f"{args.inputs}: cannot read inputs ({e})") from None
     else:
-        feeds = random_feeds(session.plan.graph, args.seed)
-        print(f"inputs      random (seed {args.seed}); pass --inputs FILE.npz for your own")
+        from korch.runtime.buckets import BucketSession
+
+        bucketed = isinstance(session, BucketSession)
+        graph = session.plans.buckets[0].plan.graph if bucketed else session.plan.graph
+        feeds = random_feeds(graph, args.seed)
+        print(f"inputs      random (seed {args.seed}{', the first bucket' if bucketed else ''}); "
+              "pass --inputs FILE.npz for your own")
     outputs = dict(zip([n for n, _ in session.get_outputs()], session.run(None, feeds)))
     for name, value in outputs.items():
         print(f"output      {name}: {value.dtype}{list(value.shape)} mean {float(value.mean()):.6g} "
@@ -283,8 +316,20 @@ STRICT_HELP = ("refuse the model if some node cannot be fissioned (by default su
                "run by an ONNX engine)")
 
 
+class _Version(argparse.Action):
+    """--version: korch's and the engines' versions, read only when asked for."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from korch.version import describe
+
+        print(describe())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="korch", description="Optimal kernel orchestration for ONNX inference graphs.")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print korch's version and the engines' versions, and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="per-stage logs")
     parser.add_argument("-q", "--quiet", action="store_true", help="errors only")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -312,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="an .onnx file or a zoo model name")
     p.add_argument("-o", "--output", required=True, metavar="PLAN_DIR")
     p.add_argument("--input-shape", action="append", metavar="NAME=D1xD2...", help="fix an input's shape (repeatable)")
+    p.add_argument("--shapes", action="append", metavar="NAME=D1xD2,D1xD2...",
+                   help="one plan per shape bucket: bucket k takes each named input's k-th shape, other inputs "
+                        "follow through the symbolic dims they share (repeatable, one input each); the saved "
+                        "plan dispatches on the feeds' shapes and runs any other shape on onnxruntime")
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     orchestration_flags(p)
     p.set_defaults(run=cmd_optimize)

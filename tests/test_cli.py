@@ -105,3 +105,19 @@ def test_verbose_enables_korch_logs_only() -> None:
             "logging.getLogger('onnxscript').isEnabledFor(logging.DEBUG))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "True False"
+
+
+def test_version_names_korch_and_each_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    import korch
+    from korch.version import code_version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out.strip()
+    assert korch.__version__ == version("korch")          # one source: the installed package's metadata
+    assert text.startswith(f"korch {version('korch')} (code {code_version()});")
+    for name in ("onnxruntime", "openvino", "torch", "onnx", "numpy"):
+        assert f"{name} {version(name)}" in text
