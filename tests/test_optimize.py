@@ -23,7 +23,7 @@ from korch.frontend.regions import OnnxSource
 from korch.ir.serialize import LazyConstants
 from korch.pipeline import FissionResult, optimize, run_fission
 from korch.plan import Plan, PlanError, Step, load_plan, save_plan
-from korch.plan.plan import EXTERNAL_MIN_BYTES
+from korch.plan.plan import EXTERNAL_MIN_BYTES, _write_manifest
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.select.measured import SPLIT
 from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
@@ -133,6 +133,69 @@ def test_saved_plan_maps_its_weights_instead_of_copying_them(db: ProfileDB, tmp_
         f.truncate(100)
     with pytest.raises(PlanError, match="damaged"):
         runtime.load(tmp_path / "plan")
+
+
+def test_saved_plan_stores_each_weight_once(db: ProfileDB, tmp_path: Path) -> None:
+    """The primitive graph's copies of the model's weights are mapped from original.weights, not
+    stored again in constants.npz, and a kernel compiled from primitives after loading reads them
+    from there: its outputs match onnxruntime's on the original model, on fresh inputs."""
+    model = zoo.to_model_proto("candy-mini")
+    plan, _, _ = optimize(model, db, ORT_ONLY)
+    graph = plan.graph
+    whole = Step("onnxruntime", tuple(range(len(graph.nodes))), graph.inputs, graph.outputs, "all-primitives", 0.0, ())
+    primitives = Plan(graph, (whole,), 1, plan.machine, plan.korch_version, plan.source, {})
+    target = save_plan(primitives, tmp_path / "plan")
+    index = json.loads((target / "constants.json").read_text())
+    weights = [t for t in model.graph.initializer if onnx.numpy_helper.to_array(t).nbytes >= EXTERNAL_MIN_BYTES]
+    assert weights and len(index["mapped"]) == len(weights)
+    with np.load(target / "constants.npz") as stored:
+        assert all(stored[k].nbytes < EXTERNAL_MIN_BYTES for k in stored.files)
+    weight_bytes = sum(onnx.numpy_helper.to_array(t).nbytes for t in weights)
+    assert (target / "constants.npz").stat().st_size < weight_bytes / 4
+    loaded = runtime.load(target)
+    for name in index["mapped"]:
+        np.testing.assert_array_equal(loaded.plan.graph.constants[name], graph.constants[name])
+    feeds = random_feeds(graph, seed=11)
+    want = run_onnxruntime(model, feeds)
+    for (name, got) in zip(graph.outputs, loaded.run(None, feeds)):
+        assert max(d.rel for d in diff_outputs({name: got}, {name: want[name]})) < 1e-5
+
+
+@pytest.mark.parametrize("damage", ["weights", "steps", "kernel", "constants", "manifest"])
+def test_a_changed_or_missing_plan_file_is_refused_by_name(db: ProfileDB, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str], damage: str) -> None:
+    """Every file is checked against the manifest at load: +inf written into the weights (which ran
+    to NaN with exit 0 before), an edited node list, a missing kernel model, a truncated constants
+    archive. Each is named, the CLI exits non-zero without a traceback, and nothing runs."""
+    plan, _, _ = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
+    target = save_plan(plan, tmp_path / "plan")
+    runtime.load(target)                                    # intact: loads
+    if damage == "weights":
+        with open(target / "original.weights", "r+b") as f:
+            f.seek(4096)
+            f.write(np.float32(np.inf).tobytes())
+        expected = "original.weights changed after the plan was written"
+    elif damage == "steps":
+        meta = json.loads((target / "plan.json").read_text())
+        meta["steps"][0]["nodes"] = meta["steps"][0]["nodes"][::-1]         # the same size: only the checksum tells
+        (target / "plan.json").write_text(json.dumps(meta, indent=1))
+        expected = "plan.json changed after the plan was written"
+    elif damage == "kernel":
+        (target / "kernels" / "0.onnx").unlink()
+        expected = "kernels/0.onnx is missing"
+    elif damage == "constants":
+        with open(target / "constants.npz", "r+b") as f:
+            f.truncate(50)
+        expected = "constants.npz is 50 bytes, the plan wrote"
+    else:
+        (target / "manifest.json").unlink()
+        expected = "manifest.json is missing"
+    with pytest.raises(PlanError, match=expected):
+        runtime.load(target)
+    capsys.readouterr()
+    assert main(["run", str(target)]) == PlanError.exit_code
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
 
 
 def test_saved_onnxruntime_plan_runs_without_onnx_or_the_optimizer(db: ProfileDB, tmp_path: Path) -> None:
@@ -255,6 +318,14 @@ def test_bad_feeds_and_outputs_are_named(db: ProfileDB) -> None:
         session.run(None, {name: np.zeros((1, 2), np.float32)})
     with pytest.raises(runtime.RunError, match="unknown outputs"):
         session.run(["nope"], {name: np.zeros(t.shape, np.float32)})
+    # onnxruntime's rules: an unknown feed name is named, and a wrong element type is not cast
+    with pytest.raises(runtime.RunError, match=r"unknown feeds \['extra'\]"):
+        session.run(None, {name: np.zeros(t.shape, np.float32), "extra": np.zeros(1, np.float32)})
+    with pytest.raises(runtime.RunError, match=f"input '{name}': element type float64 given"):
+        session.run(None, {name: np.zeros(t.shape, np.float64)})
+    with pytest.raises(runtime.RunError, match=f"input '{name}': element type float16 given"):
+        session.run(None, {name: np.zeros(t.shape, np.float16)})
+    assert session.run(None, {name: np.zeros(t.shape, np.float32)})[0].dtype == np.float32
 
 
 def test_plans_from_elsewhere_or_damaged_are_refused(db: ProfileDB, tmp_path: Path) -> None:
@@ -263,13 +334,16 @@ def test_plans_from_elsewhere_or_damaged_are_refused(db: ProfileDB, tmp_path: Pa
     meta = json.loads((target / "plan.json").read_text())
     meta["machine"] = "another machine"
     (target / "plan.json").write_text(json.dumps(meta))
+    _write_manifest(target)                                 # as if made there: the plan itself is intact
     with pytest.raises(PlanError, match="another machine"):
         runtime.load(target)
     meta["machine"], meta["korch_version"] = machine_fingerprint(), "0.0.0"
     (target / "plan.json").write_text(json.dumps(meta))
+    _write_manifest(target)
     with pytest.raises(PlanError, match="korch 0.0.0"):
         load_plan(target, __version__, machine_fingerprint())
     (target / "graph.json").write_text("{not json")
+    _write_manifest(target)                                 # even with a matching manifest, it is damaged
     with pytest.raises(PlanError, match="damaged"):
         load_plan(target, meta["korch_version"], machine_fingerprint())
     with pytest.raises(PlanError, match="not a korch plan"):

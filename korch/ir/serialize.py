@@ -1,10 +1,17 @@
-"""Save and load a primitive graph exactly: structure as JSON, constants as one .npz."""
+"""Save and load a primitive graph exactly: structure as JSON, constants as one .npz.
+
+A constant whose bytes are already in a file beside the graph (a saved plan's original.weights)
+is not written again: constants.json records where it is, and it is memory-mapped from there when
+first used.
+"""
 
 from __future__ import annotations
 
 import json
+import mmap
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -51,42 +58,81 @@ class ConstantsError(KorchError):
     """A saved graph's constants file is damaged."""
 
 
+@dataclass(frozen=True)
+class Mapped:
+    """Where a constant's bytes are in another file of the graph's directory (C order, no header)."""
+
+    file: str
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64))
+
+
 class LazyConstants(Mapping[str, np.ndarray]):
-    """Constants read from an .npz archive on first use (read-only), so a loaded plan whose kernels
-    carry their own weights (onnxruntime regions) never reads them. Keeps the archive open.
+    """Constants read from an .npz archive, or mapped from another file, on first use (read-only),
+    so a loaded plan whose kernels carry their own weights (onnxruntime regions) never reads them.
+    Keeps the archive and the mapped files open.
 
     An array read is shared while someone holds it and freed after: a kernel compiled from
     primitives keeps its own copy of its weights (onnxruntime's session, Inductor's frozen
-    parameters), so a cache holding every array read would double them for the session's life."""
+    parameters), so a cache holding every array read would double them for the session's life. A
+    mapped array costs no copy: its pages are the file's, shared with every engine that maps it."""
 
-    def __init__(self, path: Path, names: Sequence[str]) -> None:
+    def __init__(self, path: Path, names: Sequence[str], mapped: Mapping[str, Mapped] | None = None) -> None:
         self._path = path
         self._archive = np.load(path, allow_pickle=False)
         self._members = {n: f"c{k}" for k, n in enumerate(names)}
+        self._mapped = dict(mapped or {})
+        self._maps: dict[str, mmap.mmap] = {}
         self._loaded: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
 
     def __getitem__(self, name: str) -> np.ndarray:
         array = self._loaded.get(name)
         if array is None:
-            try:
-                array = self._archive[self._members[name]]
-            except KeyError:
-                raise
-            except Exception as e:   # zipfile and numpy raise several types for a damaged member
-                raise ConstantsError(f"{self._path}: cannot read constant {name!r} "
-                                     f"({type(e).__name__}: {e})") from None
+            array = self._map(name) if name in self._mapped else self._read(name)
             array.setflags(write=False)
             self._loaded[name] = array
         return array
 
+    def _read(self, name: str) -> np.ndarray:
+        try:
+            return self._archive[self._members[name]]
+        except KeyError:
+            raise
+        except Exception as e:   # zipfile and numpy raise several types for a damaged member
+            raise ConstantsError(f"{self._path}: cannot read constant {name!r} ({type(e).__name__}: {e})") from None
+
+    def _map(self, name: str) -> np.ndarray:
+        where = self._mapped[name]
+        path = self._path.parent / where.file
+        if where.file not in self._maps:
+            try:
+                # Copy-on-write: reads share the file's pages; an engine handed writable memory it
+                # should not write (backends.base.writable_alias) could never reach the file.
+                with open(path, "rb") as f:
+                    self._maps[where.file] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            except (OSError, ValueError) as e:
+                raise ConstantsError(f"{path}: cannot map constant {name!r} ({e})") from None
+        buffer = self._maps[where.file]
+        if where.offset < 0 or where.offset + where.nbytes > len(buffer):
+            raise ConstantsError(f"{path}: constant {name!r} lies outside the file (offset {where.offset}, "
+                                 f"{where.nbytes} bytes, file size {len(buffer)})")
+        count = where.nbytes // np.dtype(where.dtype).itemsize
+        return np.frombuffer(buffer, np.dtype(where.dtype), count, where.offset).reshape(where.shape)
+
     def __iter__(self) -> Iterator[str]:
-        return iter(self._members)
+        yield from self._members
+        yield from self._mapped
 
     def __len__(self) -> int:
-        return len(self._members)
+        return len(self._members) + len(self._mapped)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._members
+        return name in self._members or name in self._mapped
 
 
 def graph_from_json(data: dict[str, Any], constants: Mapping[str, np.ndarray]) -> Graph:
@@ -106,16 +152,23 @@ def graph_from_json(data: dict[str, Any], constants: Mapping[str, np.ndarray]) -
                  MappingProxyType(types), MappingProxyType(constants))
 
 
-def save_graph(graph: Graph, directory: Path) -> None:
-    """Write graph.json and constants.npz into `directory` (which must exist)."""
+def save_graph(graph: Graph, directory: Path, mapped: Mapping[str, Mapped] | None = None) -> None:
+    """Write graph.json and constants.npz into `directory` (which must exist). `mapped`: constants
+    whose bytes the caller has already written to a file in `directory`, recorded instead of stored."""
+    mapped = dict(mapped or {})
     (directory / "graph.json").write_text(json.dumps(graph_to_json(graph)))
-    names = list(graph.constants)
+    names = [n for n in graph.constants if n not in mapped]
     np.savez(directory / "constants.npz", **{f"c{k}": graph.constants[n] for k, n in enumerate(names)})
-    (directory / "constants.json").write_text(json.dumps(names))
+    (directory / "constants.json").write_text(json.dumps(
+        {"stored": names, "mapped": {n: [m.file, m.offset, m.dtype, list(m.shape)] for n, m in mapped.items()}}))
 
 
 def load_graph(directory: Path) -> Graph:
-    """The graph saved in `directory`; its constants are read when first used."""
+    """The graph saved in `directory`; its constants are read (or mapped) when first used."""
     data = json.loads((directory / "graph.json").read_text())
-    names = json.loads((directory / "constants.json").read_text())
-    return graph_from_json(data, LazyConstants(directory / "constants.npz", names))
+    index = json.loads((directory / "constants.json").read_text())
+    if isinstance(index, list):                    # written before constants could be mapped
+        index = {"stored": index, "mapped": {}}
+    mapped = {n: Mapped(str(f), int(o), str(d), tuple(int(x) for x in shape))
+              for n, (f, o, d, shape) in index["mapped"].items()}
+    return graph_from_json(data, LazyConstants(directory / "constants.npz", index["stored"], mapped))

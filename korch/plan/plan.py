@@ -8,12 +8,17 @@ itself: a loaded plan holds no Python copy of them (bert-base runs in 440 MB, no
 Each onnxruntime region is also saved as its ready model, kernels/<step>.onnx, whose weights stay in
 original.weights: loading such a plan hands those bytes to onnxruntime and neither parses
 original.onnx nor imports onnx (read on first use, for another engine's region or a save).
+Each weight is stored once: a graph constant whose bytes original.weights holds is mapped from there
+(constants.json says where), not copied into constants.npz. manifest.json lists every file with its
+size and SHA-256; a plan whose files do not match it is refused at load, naming the file.
 It is written to a temporary directory beside the target and renamed into place.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -27,13 +32,15 @@ import numpy as np
 from korch.errors import KorchError, OutputError
 from korch.ir.graph import Graph
 from korch.ir.onnx_source import OnnxSource
-from korch.ir.serialize import load_graph, save_graph
+from korch.ir.serialize import Mapped, load_graph, save_graph
 
 if TYPE_CHECKING:
     import onnx
 
-PLAN_FORMAT = 3
+PLAN_FORMAT = 4
 WEIGHTS_FILE = "original.weights"
+# Every file of the plan with its size and SHA-256 (plan.json included), checked at load.
+MANIFEST = "manifest.json"
 # Initializers of at least this many bytes go to WEIGHTS_FILE; smaller ones (shapes, scalars) stay inline.
 EXTERNAL_MIN_BYTES = 1024
 # Page-aligned offsets let onnxruntime memory-map each initializer instead of reading it.
@@ -129,7 +136,9 @@ def _name(step: Step) -> str:
     return f"the {step.backend} kernel of primitives [{shown}]"
 
 
-def save_plan(plan: Plan, directory: str | os.PathLike) -> Path:
+def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | None = None) -> Path:
+    """`shared`: a weights file beside the plan (a bucketed plan's model) whose initializers the
+    graph's constants may be mapped from, when the plan has no model of its own to map them from."""
     target = Path(directory)
     parent = target.parent
     if not parent.is_dir():
@@ -141,17 +150,20 @@ def save_plan(plan: Plan, directory: str | os.PathLike) -> Path:
     except OSError as e:
         raise OutputError(f"{target}: cannot write here ({e.strerror})") from None
     try:
-        save_graph(plan.graph, tmp)
         models: dict[str, str] = {}
-        weights_bytes = 0
+        mapped: dict[str, Mapped] = {}
         if plan.source is not None:
             saved = _save_source(plan.source, tmp)
-            weights_bytes = (tmp / WEIGHTS_FILE).stat().st_size
+            mapped = _constants_in(plan.graph, WeightsFile.of(saved, tmp), saved.value_map)
             models = _save_models(plan, saved, tmp)
+        if shared is not None:          # (fission names a weight it keeps as the initializer's name)
+            mapped.update(_constants_in(plan.graph, shared, {n: n for n in shared.index}, skip=mapped))
+        save_graph(plan.graph, tmp, mapped)
         meta = {"format": PLAN_FORMAT, "korch_version": plan.korch_version, "machine": plan.machine,
                 "threads": plan.threads, "steps": [asdict(s) for s in plan.steps], "summary": dict(plan.summary),
-                "models": models, "weights_bytes": weights_bytes}
+                "models": models}
         (tmp / "plan.json").write_text(json.dumps(meta, indent=1))
+        _write_manifest(tmp)
         old = None
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
@@ -171,24 +183,32 @@ def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, ch
     path = Path(directory)
     meta_path = path / "plan.json"
     if not meta_path.is_file():
+        if (path / "buckets.json").is_file():
+            raise PlanError(f"{path}: a plan per shape bucket; name one bucket's plan, e.g. {path / 'bucket-0'} "
+                            "(buckets.json lists each bucket's shapes)")
         raise PlanError(f"{path}: not a korch plan directory (no plan.json)")
     try:
         meta = json.loads(meta_path.read_text())
-        graph = load_graph(path)
-    except (OSError, ValueError, KeyError) as e:
-        raise PlanError(f"{path}: damaged plan ({type(e).__name__}: {e})") from None
-    if meta.get("format") != PLAN_FORMAT:
-        raise PlanError(f"{path}: plan format {meta.get('format')} is not {PLAN_FORMAT}; re-run korch optimize")
-    if check_origin and meta["korch_version"] != korch_version:
-        raise PlanError(f"{path}: made by korch {meta['korch_version']}, this is {korch_version}; re-run korch optimize")
-    if check_origin and meta["machine"] != machine:
-        raise PlanError(f"{path}: made on another machine ({meta['machine']}); kernels were chosen by timings "
+    except (OSError, ValueError) as e:
+        raise PlanError(f"{path}: damaged plan (plan.json: {type(e).__name__}: {e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != PLAN_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise PlanError(f"{path}: plan format {found} is not {PLAN_FORMAT}; re-run korch optimize")
+    if check_origin and meta.get("korch_version") != korch_version:
+        raise PlanError(f"{path}: made by korch {meta.get('korch_version')}, this is {korch_version}; "
+                        "re-run korch optimize")
+    if check_origin and meta.get("machine") != machine:
+        raise PlanError(f"{path}: made on another machine ({meta.get('machine')}); kernels were chosen by timings "
                         "there, so re-run korch optimize here")
+    _check_manifest(path)
+    try:
+        graph = load_graph(path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PlanError(f"{path}: damaged plan ({type(e).__name__}: {e})") from None
     steps = tuple(Step(s["backend"], tuple(s["nodes"]), tuple(s["inputs"]), tuple(s["outputs"]), s["key"],
                        s["cost_s"], tuple(s["onnx_nodes"])) for s in meta["steps"])
     source = None
     if (path / "original.onnx").exists():
-        _check_weights_file(path, meta.get("weights_bytes", 0))
         source = OnnxSource.deferred(lambda: _load_source(path), path)
     models = {}
     for k, name in meta.get("models", {}).items():
@@ -202,12 +222,94 @@ def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, ch
                 models)
 
 
-def _check_weights_file(path: Path, expected: int) -> None:
-    """The weights file as saved: engines map it and would read past a truncated one."""
-    weights = path / WEIGHTS_FILE
-    size = weights.stat().st_size if weights.exists() else 0
-    if size != expected:
-        raise PlanError(f"{path}: damaged plan ({WEIGHTS_FILE} is {size} bytes, the plan wrote {expected})")
+@dataclass(frozen=True)
+class WeightsFile:
+    """A saved weights file a plan's constants may be mapped from: where it is now, how the plan
+    names it (relative to the plan's directory), and which initializer is where in it."""
+
+    path: Path
+    name: str
+    index: Mapping[str, tuple[int, int, str]]       # initializer name -> (offset, bytes, dtype)
+
+    @staticmethod
+    def of(saved: OnnxSource, directory: Path, name: str = WEIGHTS_FILE) -> WeightsFile:
+        """The weights file `_save_source` wrote into `directory` for `saved`, as the plan in
+        `directory` names it by `name`."""
+        import onnx
+        from onnx import helper
+
+        index = {}
+        for tensor in saved.model.graph.initializer:
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            location, offset, length = _external_info(tensor)
+            if location == WEIGHTS_FILE:
+                index[tensor.name] = (offset, length, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).str)
+        return WeightsFile(directory / WEIGHTS_FILE, name, index)
+
+
+def _constants_in(graph: Graph, weights: WeightsFile, names: Mapping[str, str],
+                  skip: Iterable[str] = ()) -> dict[str, Mapped]:
+    """The graph's constants whose bytes `weights` already holds: an initializer fission kept as it
+    was (a conv's or a matmul's weight), found by `names` (initializer -> constant) and compared byte
+    for byte with what was written. Each is stored once (candy's plan held its 37 MB of weights twice)."""
+    mapped: dict[str, Mapped] = {}
+    skip = set(skip)
+    with open(weights.path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return mapped
+        written = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    with written:
+        for initializer, (offset, length, dtype) in weights.index.items():
+            name = names.get(initializer)
+            if name not in graph.constants or name in skip:
+                continue
+            array = graph.constants[name]
+            if array.dtype != np.dtype(dtype) or array.nbytes != length or offset + length > len(written):
+                continue
+            stored = np.frombuffer(written, np.uint8, length, offset)          # bit for bit (-0.0, NaN)
+            if np.array_equal(stored, np.ascontiguousarray(array).reshape(-1).view(np.uint8)):
+                mapped[name] = Mapped(weights.name, offset, dtype, tuple(array.shape))
+            del stored                         # (no view may outlive the mapping)
+    return mapped
+
+
+def _write_manifest(directory: Path, skip_dirs: tuple[str, ...] = ()) -> None:
+    """MANIFEST: every file of the plan (plan.json included) with its size and SHA-256, so that a
+    missing, truncated or edited file is refused at load by name instead of running a different plan.
+    `skip_dirs`: subdirectories with manifests of their own (a bucketed plan's buckets)."""
+    files = {}
+    for file in sorted(directory.rglob("*")):
+        relative = file.relative_to(directory)
+        if not file.is_file() or relative.as_posix() == MANIFEST or relative.parts[0] in skip_dirs:
+            continue
+        with open(file, "rb") as f:
+            files[file.relative_to(directory).as_posix()] = {"bytes": os.fstat(f.fileno()).st_size,
+                                                             "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+    (directory / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
+
+
+def _check_manifest(path: Path) -> None:
+    """Every file the manifest lists is there, of its size and checksum (files added since, such as
+    `korch bench`'s bench.json, are not the plan's and are ignored)."""
+    try:
+        files = json.loads((path / MANIFEST).read_text())["files"]
+        listed = {str(name): (int(entry["bytes"]), str(entry["sha256"])) for name, entry in files.items()}
+    except FileNotFoundError:
+        raise PlanError(f"{path}: damaged plan ({MANIFEST} is missing)") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise PlanError(f"{path}: damaged plan ({MANIFEST}: {type(e).__name__}: {e})") from None
+    for name, (size, digest) in listed.items():
+        file = path / name
+        if not file.is_file():
+            raise PlanError(f"{path}: damaged plan ({name} is missing)")
+        with open(file, "rb") as f:
+            found = os.fstat(f.fileno()).st_size
+            if found != size:
+                raise PlanError(f"{path}: damaged plan ({name} is {found} bytes, the plan wrote {size})")
+            if hashlib.file_digest(f, "sha256").hexdigest() != digest:
+                raise PlanError(f"{path}: damaged plan ({name} changed after the plan was written: "
+                                "its SHA-256 differs from the manifest's)")
 
 
 def _save_models(plan: Plan, saved: OnnxSource, directory: Path) -> dict[str, str]:

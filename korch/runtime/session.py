@@ -130,19 +130,23 @@ class Session:
         return [(n, self.plan.graph.types[n]) for n in self._outputs]
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The feeds as the plan's inputs, by onnxruntime's rules: every input fed, no other name,
+        each of exactly its shape and element type (a float64 array for a float input is an error,
+        not a silent cast that would hide a caller's mistake and cost a copy on every run)."""
+        expected = ", ".join(f"{n} {t}" for n, t in self._input_types.items())
         missing = [n for n in self._input_types if n not in feeds]
         if missing:
-            raise RunError(f"missing feeds for inputs {missing}; the plan's inputs are "
-                           + ", ".join(f"{n} {t}" for n, t in self._input_types.items()))
+            raise RunError(f"missing feeds for inputs {missing}; the plan's inputs are {expected}")
+        unknown = [n for n in feeds if n not in self._input_types]
+        if unknown:
+            raise RunError(f"unknown feeds {unknown}: not inputs of the plan, whose inputs are {expected}")
         env = {}
         for name, t in self._input_types.items():
             array = np.asarray(feeds[name])
+            if array.dtype != t.dtype.numpy:
+                raise RunError(f"input {name!r}: element type {array.dtype} given, the plan needs {t}")
             if tuple(array.shape) != t.shape:
                 raise RunError(f"input {name!r}: shape {tuple(array.shape)} given, the plan needs {t}")
-            if array.dtype != t.dtype.numpy:
-                if not np.can_cast(array.dtype, t.dtype.numpy, casting="same_kind"):
-                    raise RunError(f"input {name!r}: dtype {array.dtype} given, the plan needs {t}")
-                array = array.astype(t.dtype.numpy)
             env[name] = np.asarray(array, order="C")      # (ascontiguousarray makes 0-d arrays 1-d)
         return env
 
@@ -195,9 +199,16 @@ class Session:
 
 
 def load(plan_dir: str | os.PathLike, check_origin: bool = True) -> Session:
-    """Load a saved plan and compile its kernels. Refuses plans from another korch version or machine."""
+    """Load a saved plan and compile its kernels. Refuses plans from another korch version or machine.
+    A bucketed plan (korch/plan/buckets.py) gives a BucketSession, which runs the same way."""
     from korch import __version__
+    from korch.plan.buckets import is_bucketed
     from korch.profile.database import machine_fingerprint
+
+    if is_bucketed(plan_dir):
+        from korch.runtime.buckets import load_bucketed_session
+
+        return load_bucketed_session(plan_dir, check_origin)  # type: ignore[return-value]
 
     plan = load_plan(plan_dir, __version__, machine_fingerprint(), check_origin=check_origin)
     return compile_plan(plan)

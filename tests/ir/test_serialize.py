@@ -30,3 +30,36 @@ def test_round_trip(tmp_path: Path) -> None:
     feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32)}
     for name, value in run_graph(graph, feeds).items():
         np.testing.assert_array_equal(run_graph(loaded, feeds)[name], value)
+
+
+def test_constants_mapped_from_a_file_beside_the_graph(tmp_path: Path) -> None:
+    """A constant whose bytes the caller wrote to another file is recorded, not stored: it loads
+    from there read-only, the graph computes the same, and a record past the file's end is an error
+    naming the constant."""
+    import json
+
+    import pytest
+
+    from korch.ir.serialize import ConstantsError, Mapped
+
+    rng = np.random.default_rng(1)
+    b = GraphBuilder("g")
+    x = b.add_input("x", TensorType((2, 3), DType.FLOAT32))
+    weight = rng.standard_normal((3, 4)).astype(np.float32)
+    w = b.add_constant(weight, name="w")
+    graph = check_graph(b.build([("y", b.emit("matmul", [x, w]))]))
+    (tmp_path / "blob").write_bytes(b"\0" * 64 + weight.tobytes())
+    save_graph(graph, tmp_path, {"w": Mapped("blob", 64, weight.dtype.str, weight.shape)})
+    with np.load(tmp_path / "constants.npz") as stored:
+        assert stored.files == []                       # not stored twice
+    loaded = check_graph(load_graph(tmp_path))
+    mapped = loaded.constants["w"]
+    np.testing.assert_array_equal(mapped, weight)
+    assert not mapped.flags.writeable
+    feeds = {"x": rng.standard_normal((2, 3)).astype(np.float32)}
+    np.testing.assert_array_equal(run_graph(loaded, feeds)["y"], run_graph(graph, feeds)["y"])
+    index = json.loads((tmp_path / "constants.json").read_text())
+    index["mapped"]["w"][1] = 80                        # 48 bytes past 80 run beyond the file's 112
+    (tmp_path / "constants.json").write_text(json.dumps(index))
+    with pytest.raises(ConstantsError, match="constant 'w' lies outside the file"):
+        load_graph(tmp_path).constants["w"]
