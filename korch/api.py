@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     import onnx
 
     from korch.plan import Plan
+    from korch.plan.buckets import BucketedPlan
     from korch.runtime import Session
+    from korch.runtime.buckets import BucketSession
 
 # (a string: loading a plan imports neither onnx nor the optimizer)
 ModelSpec = Union[str, os.PathLike, "onnx.ModelProto"]
@@ -50,7 +52,8 @@ def check_backends(names: Sequence[str]) -> tuple[str, ...]:
 def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | None = None,
              cache_dir: str | os.PathLike | None = None,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
-             progress: Callable[[int, int, str], None] | None = None, strict: bool = False) -> Plan:
+             shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
+             progress: Callable[[int, int, str], None] | None = None, strict: bool = False) -> Plan | BucketedPlan:
     """Optimize `model` (an .onnx path, a ModelProto or a zoo name) for this machine at `threads`
     threads. Measurements go to the profile database under `cache_dir` (default: the user cache dir,
     ~/.cache/korch), so optimizing the same model again profiles nothing.
@@ -58,38 +61,55 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     The returned plan has been compiled, timed end to end and checked against onnxruntime; a plan
     that disagrees raises VerificationError instead. Its summary holds what the CLI prints.
     Nodes korch cannot fission run whole in onnxruntime; `strict=True` refuses such a model instead.
+
+    `input_shapes` fixes symbolic dims to one value each. `shapes` gives several ({"input_ids":
+    [(1, 32), (1, 64)]}: bucket k takes each input's k-th shape, other inputs follow through the dims
+    they share by name) and returns a BucketedPlan: one plan per bucket, whose session dispatches on
+    the feeds' shapes and runs any other shape on onnxruntime over the model itself.
     """
     from korch.pipeline import optimize as run_pipeline
+    from korch.pipeline import optimize_buckets
     from korch.profile.database import ProfileDB, default_cache_dir
     from korch.settings import OptimizeSettings
 
     if threads < 1:
         raise UsageError(f"threads must be >= 1, got {threads}")
+    if shapes is not None and input_shapes is not None:
+        raise UsageError("give shapes= (one plan per bucket) or input_shapes= (one plan), not both")
     settings = OptimizeSettings(threads=threads, strict=strict,
                                 backends=check_backends(backends) if backends is not None else default_backends())
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     with ProfileDB(directory / "profiles.sqlite") as db:
+        if shapes is not None:
+            return optimize_buckets(model, db, settings, shapes, progress)[0]
         plan, _, _ = run_pipeline(model, db, settings, input_shapes, progress=progress)
     return plan
 
 
-def compile(plan: Plan) -> Session:      # noqa: A001  (korch.compile reads as what it does)
+def compile(plan: Plan | BucketedPlan) -> Session | BucketSession:      # noqa: A001  (korch.compile reads as what it does)
     """Compile a plan's kernels into a session whose run(output_names, feeds) is onnxruntime's shape.
     Compiled artifacts are cached on disk by their providers, so compiling a plan again is quick."""
+    from korch.plan.buckets import BucketedPlan
     from korch.runtime import compile_plan
 
+    if isinstance(plan, BucketedPlan):
+        from korch.runtime.buckets import compile_bucketed
+
+        return compile_bucketed(plan)
     return compile_plan(plan)
 
 
-def save(plan: Plan, directory: str | os.PathLike) -> Path:
+def save(plan: Plan | BucketedPlan, directory: str | os.PathLike) -> Path:
     """Write the plan as a directory, atomically (a temporary directory renamed into place)."""
     from korch.plan import save_plan
+    from korch.plan.buckets import BucketedPlan, save_bucketed
 
-    return save_plan(plan, directory)
+    return save_bucketed(plan, directory) if isinstance(plan, BucketedPlan) else save_plan(plan, directory)
 
 
-def load(directory: str | os.PathLike) -> Session:
-    """Load a saved plan and compile it. Refuses a plan made by another korch version or machine."""
+def load(directory: str | os.PathLike) -> Session | BucketSession:
+    """Load a saved plan (or bucketed plan) and compile it. Refuses a plan made by another korch
+    version or machine, and a plan whose files differ from its manifest."""
     from korch.runtime import load as load_session
 
     return load_session(directory)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -17,10 +17,12 @@ from korch.costmodel.features import FEATURES_VERSION, features_by_key
 from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
+from korch.frontend.onnx_import import read_model
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
+from korch.plan.buckets import BucketedPlan
 from korch.profile.boundaries import boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile
@@ -267,3 +269,27 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     if not check.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {check.summary()}")
     return replace(selected.plan, summary=stats.summary()), selected.session, stats
+
+
+def optimize_buckets(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, settings: OptimizeSettings,
+                     shapes: Mapping[str, Sequence[Sequence[int]]], progress: Progress | None = None,
+                     on_bucket: Callable[[int, Mapping[str, tuple[int, ...]]], None] | None = None,
+                     ) -> tuple[BucketedPlan, list[OptimizeStats], list[Session]]:
+    """`optimize` once per shape bucket (korch/shapes.py) of a model with symbolic dims: one checked
+    plan per bucket, and the model as declared, for shapes no bucket fits."""
+    from korch.plan.buckets import Bucket, BucketedPlan, declared
+    from korch.shapes import bucket_shapes
+
+    resolved = resolve_model(source, cache_dir=db.path.parent)
+    model = resolved if isinstance(resolved, onnx.ModelProto) else read_model(resolved)
+    buckets, stats, sessions = [], [], []
+    for k, bucket in enumerate(bucket_shapes(model, shapes, model_label(source))):
+        if on_bucket is not None:
+            on_bucket(k, bucket)
+        plan, session, st = optimize(model, db, settings, bucket, progress)
+        buckets.append(Bucket(bucket, plan))
+        stats.append(st)
+        sessions.append(session)
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = {n: t for n, t in declared(model.graph.input).items() if n not in initializers}
+    return BucketedPlan(tuple(buckets), inputs, declared(model.graph.output), model), stats, sessions

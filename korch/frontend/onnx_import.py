@@ -65,6 +65,12 @@ def _read(source: ModelSource) -> tuple[onnx.ModelProto, str]:
     return model, label
 
 
+def read_model(source: ModelSource) -> onnx.ModelProto:
+    """The model as its file declares it (external data loaded), not checked or shape-fixed; a
+    ModelLoadError names a file that cannot be read."""
+    return _read(source)[0]
+
+
 def _check(model: onnx.ModelProto, label: str, path: Path | None = None) -> None:
     """The onnx checker, given the file when there is one: checking a ModelProto serializes it again
     (bert-base: 3.1 s from the proto, 0.4 s from its file)."""
@@ -119,7 +125,8 @@ def _fix_inputs(model: onnx.ModelProto, label: str, input_shapes: Mapping[str, S
         hint = ", ".join(f"{i.name}=" + "x".join(str(d.dim_value or "?") for d in i.type.tensor_type.shape.dim)
                          for i in inputs)
         raise ShapeError(f"{label}: korch needs static shapes: " + "; ".join(problems)
-                         + f". Fix them with --input-shape (e.g. {hint}) or input_shapes= in the API")
+                         + f". Optimize a plan per shape with --shapes NAME=D1xD2,D1xD2,... (e.g. --shapes "
+                         f"{hint}; shapes= in the API), or fix one shape with --input-shape (input_shapes=)")
 
 
 def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> onnx.ModelProto:
