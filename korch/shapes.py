@@ -42,16 +42,16 @@ def parse_shapes(specs: Sequence[str]) -> dict[str, list[Shape]]:
     return shapes
 
 
+def dims_of(value: onnx.ValueInfoProto) -> Dims:
+    """A value's declared dims: fixed ones as ints, symbolic ones by name, unnamed ones None."""
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
+                 for d in value.type.tensor_type.shape.dim)
+
+
 def input_dims(model: onnx.ModelProto) -> dict[str, Dims]:
     """Each graph input's declared dims (initializers listed as inputs are not inputs)."""
     initializers = {t.name for t in model.graph.initializer}
-    dims = {}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        dims[value.name] = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0
-                                 else (d.dim_param or None) for d in value.type.tensor_type.shape.dim)
-    return dims
+    return {value.name: dims_of(value) for value in model.graph.input if value.name not in initializers}
 
 
 def bucket_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[Sequence[int]]],

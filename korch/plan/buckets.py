@@ -16,14 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from korch.errors import OutputError
 from korch.ir.onnx_source import OnnxSource
 from korch.plan.plan import (
     MANIFEST,
@@ -36,8 +33,9 @@ from korch.plan.plan import (
     _write_manifest,
     load_plan,
     save_plan,
+    staged,
 )
-from korch.shapes import Shape
+from korch.shapes import Dims, Shape, dims_of
 
 if TYPE_CHECKING:
     import onnx
@@ -47,7 +45,7 @@ BUCKETS_FORMAT = 1
 FALLBACK_DIR = "model"
 # The declared type of a model input or output: element type (ONNX's number) and dims, where a
 # symbolic dim is its name and an unnamed one None.
-Declared = tuple[int, tuple["int | str | None", ...]]
+Declared = tuple[int, Dims]
 
 
 @dataclass(frozen=True)
@@ -73,12 +71,7 @@ class BucketedPlan:
 
 def declared(values) -> dict[str, Declared]:
     """Name -> (element type, dims) of ONNX value infos (graph inputs or outputs)."""
-    out = {}
-    for v in values:
-        t = v.type.tensor_type
-        out[v.name] = (t.elem_type, tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0
-                                          else (d.dim_param or None) for d in t.shape.dim))
-    return out
+    return {v.name: (v.type.tensor_type.elem_type, dims_of(v)) for v in values}
 
 
 def is_bucketed(directory: str | os.PathLike) -> bool:
@@ -86,19 +79,9 @@ def is_bucketed(directory: str | os.PathLike) -> bool:
 
 
 def save_bucketed(plans: BucketedPlan, directory: str | os.PathLike) -> Path:
-    target = Path(directory)
-    parent = target.parent
-    if not parent.is_dir():
-        raise OutputError(f"{target}: directory {parent} does not exist")
-    if target.exists() and not (target / BUCKETS_FILE).is_file() and not (target / "plan.json").is_file():
-        raise OutputError(f"{target}: exists and is not a korch plan; refusing to replace it")
     if plans.model is None:
         raise ValueError("a bucketed plan is saved with its ONNX model (BucketedPlan.model); a loaded one has none")
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
-    except OSError as e:
-        raise OutputError(f"{target}: cannot write here ({e.strerror})") from None
-    try:
+    with staged(directory) as tmp:
         (tmp / FALLBACK_DIR).mkdir()
         saved = _save_source(OnnxSource(plans.model, {}), tmp / FALLBACK_DIR)
         (tmp / FALLBACK_DIR / "value_map.json").unlink()
@@ -119,19 +102,7 @@ def save_bucketed(plans: BucketedPlan, directory: str | os.PathLike) -> Path:
                 "outputs": {n: [t, list(d)] for n, (t, d) in plans.outputs.items()}}
         (tmp / BUCKETS_FILE).write_text(json.dumps(meta, indent=1))
         _write_manifest(tmp, skip_dirs=tuple(e["plan"] for e in entries))
-        old = None
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
-            os.replace(target, old / "plan")
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except OSError as e:
-        raise OutputError(f"{target}: cannot write the plan ({e.strerror or e})") from None
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return Path(directory)
 
 
 def _link_if_same(weights: Path, digest: str, bucket: Path) -> None:

@@ -22,7 +22,8 @@ import mmap
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,17 +140,7 @@ def _name(step: Step) -> str:
 def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | None = None) -> Path:
     """`shared`: a weights file beside the plan (a bucketed plan's model) whose initializers the
     graph's constants may be mapped from, when the plan has no model of its own to map them from."""
-    target = Path(directory)
-    parent = target.parent
-    if not parent.is_dir():
-        raise OutputError(f"{target}: directory {parent} does not exist")
-    if target.exists() and not (target / "plan.json").is_file():
-        raise OutputError(f"{target}: exists and is not a korch plan; refusing to replace it")
-    try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
-    except OSError as e:
-        raise OutputError(f"{target}: cannot write here ({e.strerror})") from None
-    try:
+    with staged(directory) as tmp:
         models: dict[str, str] = {}
         mapped: dict[str, Mapped] = {}
         if plan.source is not None:
@@ -164,6 +155,31 @@ def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | No
                 "models": models}
         (tmp / "plan.json").write_text(json.dumps(meta, indent=1))
         _write_manifest(tmp)
+    return Path(directory)
+
+
+# Files that mark a directory as a korch plan (one plan, or one per shape bucket): only such a
+# directory is replaced by a save.
+PLAN_MARKERS = ("plan.json", "buckets.json")
+
+
+@contextmanager
+def staged(directory: str | os.PathLike) -> Iterator[Path]:
+    """A temporary directory beside `directory` to write a plan into, renamed into place when the
+    block ends without error (an older plan there is replaced, anything else refused) and removed
+    otherwise: a plan is written whole or not at all."""
+    target = Path(directory)
+    parent = target.parent
+    if not parent.is_dir():
+        raise OutputError(f"{target}: directory {parent} does not exist")
+    if target.exists() and not any((target / marker).is_file() for marker in PLAN_MARKERS):
+        raise OutputError(f"{target}: exists and is not a korch plan; refusing to replace it")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=parent))
+    except OSError as e:
+        raise OutputError(f"{target}: cannot write here ({e.strerror})") from None
+    try:
+        yield tmp
         old = None
         if target.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=parent))
@@ -176,7 +192,6 @@ def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | No
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, check_origin: bool = True) -> Plan:
