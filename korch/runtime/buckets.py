@@ -47,6 +47,9 @@ class BucketSession:
         return self._run_fallback(output_names, feeds)
 
     def _run_fallback(self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        unknown = [n for n in feeds if n not in self._inputs]
+        if unknown:
+            raise RunError(f"unknown feeds {unknown}: not inputs of the plan, whose inputs are {list(self._inputs)}")
         if self._fallback is None:
             if self._fallback_path is None:
                 raise RunError("these shapes match no bucket and this session has no fallback model: "
@@ -58,9 +61,6 @@ class BucketSession:
                         "; ".join(describe(b.shapes) for b in self.plans.buckets))
             model = self._fallback_path if isinstance(self._fallback_path, bytes) else str(self._fallback_path)
             self._fallback = make_session(model, self.plans.threads)
-        unknown = [n for n in feeds if n not in self._inputs]
-        if unknown:
-            raise RunError(f"unknown feeds {unknown}: not inputs of the plan, whose inputs are {list(self._inputs)}")
         self.fallback_runs += 1
         try:
             return self._fallback.run(list(output_names) if output_names else None, dict(feeds))
