@@ -86,7 +86,7 @@ def main() -> None:
         settings = OptimizeSettings(threads=args.threads)
         t0 = time.perf_counter()
         with ProfileDB(cache / "profiles.sqlite") as db:
-            plans, stats, _ = optimize_buckets(path, db, settings, {name: [(1, n) for n in args.lengths]},
+            plans, stats = optimize_buckets(path, db, settings, {name: [(1, n) for n in args.lengths]},
                                                on_bucket=lambda k, b: print(f"optimizing bucket {k}: {b}", flush=True))
         optimize_s = time.perf_counter() - t0
         save_bucketed(plans, Path(tmp) / "plan")

@@ -68,7 +68,7 @@ def main() -> None:
         path = Path(tmp) / "dyn.onnx"
         model(path)
         with ProfileDB(Path(tmp) / "cache" / "profiles.sqlite") as db:
-            plans, _, _ = optimize_buckets(path, db, settings, {"x": [(b, WIDTH) for b in args.buckets]})
+            plans, _ = optimize_buckets(path, db, settings, {"x": [(b, WIDTH) for b in args.buckets]})
         save_bucketed(plans, Path(tmp) / "plan")
         session = runtime.load(Path(tmp) / "plan")
         print(f"{len(args.buckets)} buckets, {args.threads} thread(s), {args.rounds} interleaved rounds; "

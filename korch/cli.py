@@ -148,7 +148,7 @@ def _optimize_buckets(args: argparse.Namespace, settings) -> int:
             print(f"bucket {k}: {describe(bucket)}", flush=True)
 
     with _open_db(args) as db:
-        plans, stats, _ = optimize_buckets(args.model, db, settings, shapes,
+        plans, stats = optimize_buckets(args.model, db, settings, shapes,
                                            ProgressBar("profiling", not args.quiet), announce)
     save_bucketed(plans, args.output)
     if not args.quiet:

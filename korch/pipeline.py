@@ -22,7 +22,7 @@ from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
-from korch.plan.buckets import BucketedPlan
+from korch.plan.buckets import Bucket, BucketedPlan, declared
 from korch.profile.boundaries import boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile
@@ -33,6 +33,7 @@ from korch.select import Option
 from korch.select.coverage import require_cover
 from korch.select.measured import SelectionStats, measured_selection
 from korch.settings import OptimizeSettings
+from korch.shapes import bucket_shapes
 from korch.verify import DEFAULT_RTOL, PlanCheck, PlanChecker, VerifyReport, verify_graph
 
 log = logging.getLogger("korch.pipeline")
@@ -274,22 +275,19 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
 def optimize_buckets(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, settings: OptimizeSettings,
                      shapes: Mapping[str, Sequence[Sequence[int]]], progress: Progress | None = None,
                      on_bucket: Callable[[int, Mapping[str, tuple[int, ...]]], None] | None = None,
-                     ) -> tuple[BucketedPlan, list[OptimizeStats], list[Session]]:
+                     ) -> tuple[BucketedPlan, list[OptimizeStats]]:
     """`optimize` once per shape bucket (korch/shapes.py) of a model with symbolic dims: one checked
-    plan per bucket, and the model as declared, for shapes no bucket fits."""
-    from korch.plan.buckets import Bucket, BucketedPlan, declared
-    from korch.shapes import bucket_shapes
-
+    plan per bucket, and the model as declared, for shapes no bucket fits. Each bucket's compiled
+    session is dropped before the next bucket is optimized (`korch.compile` makes them again)."""
     resolved = resolve_model(source, cache_dir=db.path.parent)
     model = resolved if isinstance(resolved, onnx.ModelProto) else read_model(resolved)
-    buckets, stats, sessions = [], [], []
+    buckets, stats = [], []
     for k, bucket in enumerate(bucket_shapes(model, shapes, model_label(source))):
         if on_bucket is not None:
             on_bucket(k, bucket)
-        plan, session, st = optimize(model, db, settings, bucket, progress)
+        plan, _, st = optimize(model, db, settings, bucket, progress)
         buckets.append(Bucket(bucket, plan))
         stats.append(st)
-        sessions.append(session)
     initializers = {t.name for t in model.graph.initializer}
     inputs = {n: t for n, t in declared(model.graph.input).items() if n not in initializers}
-    return BucketedPlan(tuple(buckets), inputs, declared(model.graph.output), model), stats, sessions
+    return BucketedPlan(tuple(buckets), inputs, declared(model.graph.output), model), stats

@@ -92,7 +92,7 @@ def test_bucketed_plan_dispatches_on_shapes_and_falls_back_to_onnxruntime(
     path = tmp_path / "dyn.onnx"
     model = _dynamic_model(path)
     with ProfileDB(tmp_path / "cache" / "profiles.sqlite") as db:
-        plans, stats, sessions = optimize_buckets(path, db, FAST, {"x": [(1, 64), (4, 64)]})
+        plans, stats = optimize_buckets(path, db, FAST, {"x": [(1, 64), (4, 64)]})
     assert [dict(b.shapes) for b in plans.buckets] == [{"x": (1, 64), "m": (1, 32)}, {"x": (4, 64), "m": (4, 32)}]
     assert len(stats) == 2 and all(s.max_rel_error <= s.check_tolerance for s in stats)
     target = save_bucketed(plans, tmp_path / "plan")
@@ -152,3 +152,25 @@ def test_cli_optimizes_buckets_and_runs_them(tmp_path: Path, capsys: pytest.Capt
     assert main(["optimize", str(path), "-o", str(plan), "--shapes", "x=1x64", "--input-shape", "x=1x64",
                  "--cache", str(tmp_path / "c")]) != 0
     assert "not both" in capsys.readouterr().err
+
+
+def test_python_api_optimizes_saves_compiles_and_loads_buckets(tmp_path: Path) -> None:
+    """korch.optimize(shapes=...) gives a BucketedPlan; compile() runs it before saving (its fallback
+    is the model held in memory) and load() after, with the same outputs."""
+    import korch
+    from korch.plan.buckets import BucketedPlan
+
+    path = tmp_path / "dyn.onnx"
+    model = _dynamic_model(path)
+    plans = korch.optimize(path, shapes={"x": [(2, 64)]}, backends=["onnxruntime"], cache_dir=tmp_path / "c")
+    assert isinstance(plans, BucketedPlan) and [dict(b.shapes) for b in plans.buckets] == [{"x": (2, 64), "m": (2, 32)}]
+    with pytest.raises(UsageError, match="not both"):
+        korch.optimize(path, shapes={"x": [(2, 64)]}, input_shapes={"x": (2, 64)}, cache_dir=tmp_path / "c")
+    compiled = korch.compile(plans)
+    korch.save(plans, tmp_path / "plan")
+    loaded = korch.load(tmp_path / "plan")
+    for batch in (2, 5):                                     # a bucket, then the fallback
+        feeds = _feeds(batch, seed=50 + batch)
+        want = run_onnxruntime(model, feeds)["y"]
+        for session in (compiled, loaded):
+            np.testing.assert_allclose(session.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)
