@@ -290,4 +290,4 @@ def optimize_buckets(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB,
         stats.append(st)
     initializers = {t.name for t in model.graph.initializer}
     inputs = {n: t for n, t in declared(model.graph.input).items() if n not in initializers}
-    return BucketedPlan(tuple(buckets), inputs, declared(model.graph.output), model), stats
+    return BucketedPlan(tuple(buckets), inputs, declared(model.graph.output), OnnxSource(model, {})), stats

@@ -169,8 +169,10 @@ def test_python_api_optimizes_saves_compiles_and_loads_buckets(tmp_path: Path) -
     compiled = korch.compile(plans)
     korch.save(plans, tmp_path / "plan")
     loaded = korch.load(tmp_path / "plan")
+    korch.save(loaded.plans, tmp_path / "again")             # a loaded bucketed plan saves again
+    again = korch.load(tmp_path / "again")
     for batch in (2, 5):                                     # a bucket, then the fallback
         feeds = _feeds(batch, seed=50 + batch)
         want = run_onnxruntime(model, feeds)["y"]
-        for session in (compiled, loaded):
+        for session in (compiled, loaded, again, korch.compile(loaded.plans)):
             np.testing.assert_allclose(session.run(None, feeds)[0], want, rtol=1e-5, atol=1e-5)

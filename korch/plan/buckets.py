@@ -61,8 +61,9 @@ class BucketedPlan:
     buckets: tuple[Bucket, ...]
     inputs: Mapping[str, Declared]
     outputs: Mapping[str, Declared]
-    # The model itself, for the fallback of a plan not yet saved (a saved one has model/).
-    model: onnx.ModelProto | None = None
+    # The model itself, with its symbolic dims: in memory after optimizing, read from model/ on first
+    # use after loading (to save the plan again).
+    source: OnnxSource | None = None
 
     @property
     def threads(self) -> int:
@@ -79,11 +80,11 @@ def is_bucketed(directory: str | os.PathLike) -> bool:
 
 
 def save_bucketed(plans: BucketedPlan, directory: str | os.PathLike) -> Path:
-    if plans.model is None:
-        raise ValueError("a bucketed plan is saved with its ONNX model (BucketedPlan.model); a loaded one has none")
+    if plans.source is None:
+        raise ValueError("a bucketed plan is saved with its ONNX model (BucketedPlan.source)")
     with staged(directory) as tmp:
         (tmp / FALLBACK_DIR).mkdir()
-        saved = _save_source(OnnxSource(plans.model, {}), tmp / FALLBACK_DIR)
+        saved = _save_source(plans.source, tmp / FALLBACK_DIR)
         (tmp / FALLBACK_DIR / "value_map.json").unlink()
         weights = tmp / FALLBACK_DIR / WEIGHTS_FILE
         with open(weights, "rb") as f:
@@ -144,7 +145,17 @@ def load_bucketed(directory: str | os.PathLike, korch_version: str, machine: str
         if "/" in name or name.startswith("."):
             raise PlanError(f"{path}: damaged plan ({BUCKETS_FILE} names bucket directory {name!r})")
         buckets.append(Bucket(shapes, load_plan(path / name, korch_version, machine, check_origin)))
-    return BucketedPlan(tuple(buckets), inputs, outputs)
+    return BucketedPlan(tuple(buckets), inputs, outputs, OnnxSource.deferred(lambda: _read_model(path), path / FALLBACK_DIR))
+
+
+def _read_model(path: Path) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """model/original.onnx without its weights (they stay in model/original.weights)."""
+    import onnx
+
+    try:
+        return onnx.load(str(fallback_model(path)), load_external_data=False), {}
+    except (OSError, ValueError) as e:
+        raise PlanError(f"{path}: damaged plan ({FALLBACK_DIR}/original.onnx: {type(e).__name__}: {e})") from None
 
 
 def fallback_model(directory: str | os.PathLike) -> Path:

@@ -77,10 +77,13 @@ class BucketSession:
 def compile_bucketed(plans: BucketedPlan, directory: str | os.PathLike | None = None) -> BucketSession:
     """Compile every bucket's plan; `directory` (a saved bucketed plan) provides the fallback model."""
     sessions = [compile_plan(b.plan) for b in plans.buckets]
+    source = plans.source
     if directory is not None:
         fallback: Path | bytes | None = fallback_model(directory)
+    elif source is not None and source.weights_dir is not None:        # loaded: the model file beside its weights
+        fallback = source.weights_dir / "original.onnx"
     else:
-        fallback = plans.model.SerializeToString() if plans.model is not None else None
+        fallback = source.model.SerializeToString() if source is not None else None
     return BucketSession(plans, sessions, fallback)
 
 
