@@ -1,7 +1,8 @@
 """The kernel-boundary calibration table: what one boundary costs a running plan, by bytes and engine pair.
 
     python benchmarks/boundary_cost.py [--threads 2] [--engines onnxruntime,openvino,inductor]
-                                       [--sides 16,48,96,181] [--blocks 6] [--rounds 9] [--out FILE.json]
+                                       [--sides 16,48,96,181] [--blocks 6] [--rounds 9] [--measure-seconds 0.03]
+                                       [--out FILE.json]
 
 Runs korch's own calibration (korch/profile/boundaries.py: the method is in its docstring) at more
 sizes and prints every sample: per layout and (producer, consumer) pair, the tensor's bytes, the
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sides", default="16,48,96,181", help="H of the [1,32,H,H] float tensor")
     p.add_argument("--blocks", type=int, default=6)
     p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--measure-seconds", type=float, default=CalibrationSettings.measure_seconds,
+                   help="how long each timing of a chain or kernel runs back to back")
     p.add_argument("--hot", action="store_true",
                    help="time kernels alone back to back, not after a cache sweep (profiles with cold_cache=False)")
     p.add_argument("--out", default=None)
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown engines {unknown}; installed: {backend_names()}", file=sys.stderr)
         return 2
-    settings = CalibrationSettings(tuple(int(s) for s in args.sides.split(",")), args.blocks, args.rounds)
+    settings = CalibrationSettings(tuple(int(s) for s in args.sides.split(",")), args.blocks, args.rounds,
+                                   args.measure_seconds)
     copies: dict[int, float] = {}
 
     def show(s: Sample) -> None:

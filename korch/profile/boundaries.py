@@ -48,8 +48,6 @@ PROCEDURE = "chain-v4-threads-placed"
 BLOCKED, PLAIN = "blocked", "plain"
 LAYOUTS = (BLOCKED, PLAIN)
 CHANNELS = 32
-# Each timing of a plan or kernel runs back to back for at least this long (after warm-up calls).
-MEASURE_SECONDS = 0.03
 _OPSET = 17
 
 
@@ -67,11 +65,13 @@ class Line:
 @dataclass(frozen=True)
 class CalibrationSettings:
     """Tensor sides H of the [1, 32, H, H] chains (32 KiB and 1.1 MiB by default: within and beyond
-    a core's L2), blocks per chain, and side-by-side rounds."""
+    a core's L2), blocks per chain, side-by-side rounds, and how long each timing of a plan or kernel
+    runs back to back (after warm-up calls)."""
 
     sides: tuple[int, ...] = (16, 96)
     blocks: int = 6
     rounds: int = 7
+    measure_seconds: float = 0.03
 
 
 @dataclass(frozen=True)
@@ -159,10 +159,11 @@ def chain_plan(model: onnx.ModelProto, engines: Sequence[str], threads: int):
 
 
 def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: int, threads: int,
-                  rounds: int, cold_cache: bool = True) -> Sample:
+                  rounds: int, cold_cache: bool = True, measure_seconds: float = CalibrationSettings.measure_seconds
+                  ) -> Sample:
     """One chain, timed as a plan and kernel by kernel (the same compiled kernels), each as korch times
     it (korch.profile.timing.measure: warm-up calls, then back-to-back calls for at least
-    MEASURE_SECONDS), in `rounds` rounds of rotating order; medians over the rounds. Turns of a few
+    `measure_seconds`), in `rounds` rounds of rotating order; medians over the rounds. Turns of a few
     calls after a pause (side_by_side) would time thread pools waking, not kernels: an Inductor
     kernel read 0.7 ms alone that way and 0.1 ms inside the chain."""
     from korch.backends.placement import pinned
@@ -190,7 +191,7 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
         for name in names[r % len(names):] + names[:r % len(names)]:
             alone = name.startswith("alone:")
             with pinned(where.caller if alone and where is not None else None):
-                samples[name].append(measure(fns[name], min_seconds=MEASURE_SECONDS,
+                samples[name].append(measure(fns[name], min_seconds=measure_seconds,
                                              before=sweep if alone else None).median_s)
     timings = {name: summarize(values) for name, values in samples.items()}
     sum_alone = sum(timings[f"alone:{step.backend}"].median_s for step in plan.steps)
@@ -219,7 +220,7 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
         for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2):
             for side in settings.sides:
                 s = measure_chain(layout, producer, consumer, side, settings.blocks, threads, settings.rounds,
-                                  cold_cache)
+                                  cold_cache, settings.measure_seconds)
                 samples.append(s)
                 if report is not None:
                     report(s)
