@@ -33,7 +33,7 @@ from korch.select import Option
 from korch.select.coverage import require_cover
 from korch.select.measured import SelectionStats, measured_selection
 from korch.settings import OptimizeSettings
-from korch.shapes import bucket_shapes
+from korch.shapes import bucket_shapes, model_inputs
 from korch.verify import DEFAULT_RTOL, PlanCheck, PlanChecker, VerifyReport, verify_graph
 
 log = logging.getLogger("korch.pipeline")
@@ -288,6 +288,5 @@ def optimize_buckets(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB,
         plan, _, st = optimize(model, db, settings, bucket, progress)
         buckets.append(Bucket(bucket, plan))
         stats.append(st)
-    initializers = {t.name for t in model.graph.initializer}
-    inputs = {n: t for n, t in declared(model.graph.input).items() if n not in initializers}
-    return BucketedPlan(tuple(buckets), inputs, declared(model.graph.output), OnnxSource(model, {})), stats
+    return BucketedPlan(tuple(buckets), declared(model_inputs(model)), declared(model.graph.output),
+                        OnnxSource(model, {})), stats

@@ -48,10 +48,15 @@ def dims_of(value: onnx.ValueInfoProto) -> Dims:
                  for d in value.type.tensor_type.shape.dim)
 
 
-def input_dims(model: onnx.ModelProto) -> dict[str, Dims]:
-    """Each graph input's declared dims (initializers listed as inputs are not inputs)."""
+def model_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """The graph's inputs a caller feeds (initializers listed as inputs are not inputs)."""
     initializers = {t.name for t in model.graph.initializer}
-    return {value.name: dims_of(value) for value in model.graph.input if value.name not in initializers}
+    return [value for value in model.graph.input if value.name not in initializers]
+
+
+def input_dims(model: onnx.ModelProto) -> dict[str, Dims]:
+    """Each fed input's declared dims."""
+    return {value.name: dims_of(value) for value in model_inputs(model)}
 
 
 def bucket_shapes(model: onnx.ModelProto, given: Mapping[str, Sequence[Sequence[int]]],

@@ -299,8 +299,8 @@ def _write_manifest(directory: Path, skip_dirs: tuple[str, ...] = ()) -> None:
         if not file.is_file() or relative.as_posix() == MANIFEST or relative.parts[0] in skip_dirs:
             continue
         with open(file, "rb") as f:
-            files[file.relative_to(directory).as_posix()] = {"bytes": os.fstat(f.fileno()).st_size,
-                                                             "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+            files[relative.as_posix()] = {"bytes": os.fstat(f.fileno()).st_size,
+                                          "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
     (directory / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
 
 

@@ -133,13 +133,12 @@ class Session:
         """The feeds as the plan's inputs, by onnxruntime's rules: every input fed, no other name,
         each of exactly its shape and element type (a float64 array for a float input is an error,
         not a silent cast that would hide a caller's mistake and cost a copy on every run)."""
-        expected = ", ".join(f"{n} {t}" for n, t in self._input_types.items())
         missing = [n for n in self._input_types if n not in feeds]
         if missing:
-            raise RunError(f"missing feeds for inputs {missing}; the plan's inputs are {expected}")
+            raise RunError(f"missing feeds for inputs {missing}; the plan's inputs are {self._expected()}")
         unknown = [n for n in feeds if n not in self._input_types]
         if unknown:
-            raise RunError(f"unknown feeds {unknown}: not inputs of the plan, whose inputs are {expected}")
+            raise RunError(f"unknown feeds {unknown}: not inputs of the plan, whose inputs are {self._expected()}")
         env = {}
         for name, t in self._input_types.items():
             array = np.asarray(feeds[name])
@@ -149,6 +148,10 @@ class Session:
                 raise RunError(f"input {name!r}: shape {tuple(array.shape)} given, the plan needs {t}")
             env[name] = np.asarray(array, order="C")      # (ascontiguousarray makes 0-d arrays 1-d)
         return env
+
+    def _expected(self) -> str:
+        """The plan's inputs, for an error message (not built on every run)."""
+        return ", ".join(f"{n} {t}" for n, t in self._input_types.items())
 
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         names = list(output_names) if output_names else list(self._outputs)
