@@ -60,7 +60,8 @@ def main() -> None:
             t0 = time.perf_counter()
             with torch.no_grad():
                 program = torch.export.export(CandidateModule(graph, "cpu").eval(), tuple(tensors), strict=False)
-            with torch._inductor.config.patch({"freezing": True, "cpp.threads": args.threads}):
+            # freezing applies only to graphs compiled with grad mode off
+            with torch.no_grad(), torch._inductor.config.patch({"freezing": True, "cpp.threads": args.threads}):
                 path = torch._inductor.aoti_compile_and_package(program, package_path=str(Path(tmp) / f"{name}.pt2"))
             aoti_s = time.perf_counter() - t0
             size_mb = os.path.getsize(path) / 1e6

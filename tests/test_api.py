@@ -16,16 +16,25 @@ from korch.plan import Plan
 from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
 
 
-def test_optimize_save_load_run_matches_onnxruntime(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def onnxruntime_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Plan, Path]:
+    """bert-mini optimized over onnxruntime alone and saved: (plan, its directory)."""
+    tmp = tmp_path_factory.mktemp("ort-plan")
+    plan = korch.optimize(zoo.to_model_proto("bert-mini"), threads=1, backends=["onnxruntime"],
+                          cache_dir=tmp / "cache")
+    korch.save(plan, tmp / "bert.plan")
+    return plan, tmp / "bert.plan"
+
+
+def test_optimize_save_load_run_matches_onnxruntime(onnxruntime_plan: tuple[Plan, Path]) -> None:
     model = zoo.to_model_proto("bert-mini")
-    plan = korch.optimize(model, threads=1, backends=["onnxruntime"], cache_dir=tmp_path / "cache")
+    plan, path = onnxruntime_plan
     assert isinstance(plan, Plan) and plan.threads == 1
     assert {s.backend for s in plan.steps} == {"onnxruntime"}
     assert plan.summary["max_rel_error"] <= plan.summary["check_tolerance"]
-    assert (tmp_path / "cache" / "profiles.sqlite").is_file()
+    assert (path.parent / "cache" / "profiles.sqlite").is_file()
 
-    korch.save(plan, tmp_path / "bert.plan")
-    session = korch.load(tmp_path / "bert.plan")
+    session = korch.load(path)
     feeds = random_feeds(plan.graph, seed=11)
     expected = run_onnxruntime(model, feeds)
     loaded = dict(zip(plan.graph.outputs, session.run(None, feeds)))
@@ -34,6 +43,35 @@ def test_optimize_save_load_run_matches_onnxruntime(tmp_path: Path) -> None:
     compiled = korch.compile(plan).run(None, feeds)
     for a, b in zip(compiled, session.run(None, feeds)):
         np.testing.assert_array_equal(a, b)
+
+
+# Run in a child with torch hidden: `import torch` raises ImportError there, and
+# importlib.util.find_spec("torch") returns None, as on a machine where torch is not installed.
+_WITHOUT_TORCH = """
+import sys
+sys.modules["torch"] = None
+import numpy as np, korch
+feeds = dict(np.load(sys.argv[2]))
+outputs = korch.load(sys.argv[1]).run(None, feeds)
+np.savez(sys.argv[3], *outputs)
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "scipy") and sys.modules[m] is not None))
+"""
+
+
+def test_a_plan_of_onnx_kernels_loads_and_runs_without_torch(onnxruntime_plan: tuple[Plan, Path],
+                                                             tmp_path: Path) -> None:
+    """Issue 13: a plan with only onnxruntime kernels deploys where torch is not installed."""
+    plan, path = onnxruntime_plan
+    feeds = random_feeds(plan.graph, seed=23)
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    child = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH, str(path), str(tmp_path / "feeds.npz"),
+                            str(tmp_path / "out.npz")], capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "[]", "loading and running the plan imported torch or scipy"
+    with np.load(tmp_path / "out.npz") as out:
+        outputs = dict(zip(plan.graph.outputs, (out[f"arr_{k}"] for k in range(len(plan.graph.outputs)))))
+    for diff in diff_outputs(outputs, run_onnxruntime(zoo.to_model_proto("bert-mini"), feeds)):
+        assert diff.rel <= DEFAULT_RTOL, diff
 
 
 def test_optimize_refuses_unknown_backends_and_bad_threads(tmp_path: Path) -> None:
