@@ -129,10 +129,15 @@ def _stats(t: Timing, rss: float | None) -> dict[str, float | None]:
 
 def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = None, rounds: int = DEFAULT_ROUNDS,
           settings=None, measure_rss: bool = True, seed: int = 0) -> dict[str, Any]:
+    """korch's plan (optimized now, or `plan_dir`) and its peers on one model. A bucketed plan
+    (`korch optimize --shapes`) is compared bucket by bucket: its result holds one comparison per
+    bucket under "buckets", each on random feeds of that bucket's shapes, with the peers running the
+    model as given (onnxruntime and OpenVINO take its symbolic dims)."""
     import korch.runtime as runtime
     from korch import zoo
-    from korch.pipeline import optimize, resolve_model, run_fission
+    from korch.pipeline import optimize, resolve_model
     from korch.plan import save_plan
+    from korch.plan.buckets import is_bucketed
     from korch.settings import OptimizeSettings
 
     zoo_name = model_spec if not Path(model_spec).exists() and model_spec in [m.name for m in zoo.list_models()] else None
@@ -140,6 +145,17 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
     model = model if isinstance(model, onnx.ModelProto) else onnx.load(model)
     settings = settings or OptimizeSettings(threads=threads)
     with tempfile.TemporaryDirectory(prefix="korch-bench-") as tmp:
+        model_path = Path(tmp) / "model.onnx"
+        onnx.save(model, model_path)
+        if plan_dir is not None and is_bucketed(plan_dir):
+            session = runtime.load(plan_dir)
+            buckets = []
+            for k, bucket in enumerate(session.plans.buckets):
+                feeds = random_feeds(bucket.plan.graph, seed)
+                result = _compare(model, model_path, None, bucket.plan, session, feeds, threads, rounds, settings,
+                                  Path(plan_dir) / f"bucket-{k}" if measure_rss else None)
+                buckets.append({"bucket": k, "shapes": {n: list(s) for n, s in bucket.shapes.items()}, **result})
+            return {"model": model_spec, "threads": threads, "buckets": buckets}
         t0 = time.perf_counter()
         if plan_dir is not None:
             session = runtime.load(plan_dir)
@@ -150,59 +166,69 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
             optimize_seconds = time.perf_counter() - t0
             plan_dir = str(save_plan(plan, Path(tmp) / "plan"))
         stats = plan.summary
-        graph = plan.graph
-        feeds = random_feeds(graph, seed)
-        model_path = Path(tmp) / "model.onnx"
-        onnx.save(model, model_path)
-        # onnxruntime as its users run it: default session settings, so its pool spins after a run
-        # (korch's own onnxruntime kernels park it; that is korch's setting, not the baseline's).
-        ort_session = make_session(model, threads, stop_spinning=False)
-        ort_feeds = {n: feeds[n] for n in graph.inputs}
-        systems = [System("korch", lambda: session.run(None, feeds)),
-                   System("onnxruntime", lambda: ort_session.run(None, ort_feeds))]
-        try:
-            systems.append(_torch_compile_zoo(zoo_name, feeds, threads) if zoo_name
-                           else _torch_compile_graph(run_fission(model).graph, feeds, threads))
-        except Exception as e:  # torch missing or a compile failure: report, do not hide the others
-            log.warning("torch.compile baseline unavailable: %s", e)
-        if "openvino" in backend_names():
-            try:
-                systems.append(_openvino_file(model_path, feeds, threads))
-            except Exception as e:  # a model OpenVINO cannot compile: report it, keep the others
-                log.warning("OpenVINO baseline unavailable: %s", e)
-        expected = dict(zip([o.name for o in ort_session.get_outputs()], ort_session.run(None, ort_feeds)))
-        @functools.cache
-        def exact() -> Mapping[str, np.ndarray]:        # korch's float64 reference: once, if a system needs it
-            values = run_graph(graph, feeds)
-            return dict(zip(expected, (values[o] for o in graph.outputs)))     # outputs by position
+        result = _compare(model, model_path, zoo_name, plan, session, random_feeds(plan.graph, seed), threads, rounds,
+                          settings, Path(plan_dir) if measure_rss else None)
+    return {
+        "model": model_spec, "threads": threads, **result,
+        "optimize_seconds": optimize_seconds,
+        "candidates": stats.get("candidates"), "unique_candidates": stats.get("unique_candidates"),
+        "profiled": stats.get("profiled_new"), "profiled_cached": stats.get("profiled_cached"),
+    }
 
-        # Every system, korch and peers, is judged by the accuracy policy that judges korch's plans.
-        judged = {s.name: _accuracy(s, expected, exact, settings.accuracy) for s in systems if s.name != "onnxruntime"}
-        errors = {name: error for name, (error, _) in judged.items()}
-        disagree = {name: check.worst() for name, (_, check) in judged.items() if not check.ok}
-        for name, why in disagree.items():
-            log.warning("%s disagrees with onnxruntime beyond the accuracy policy: %s", name, why)
-        one = measure(systems[1].run, warmup=2, repeats=3, min_seconds=0.0).median_s
-        timings = side_by_side({s.name: s.run for s in systems}, rounds, one, warmup=3)
-        rss: dict[str, float | None] = {s.name: None for s in systems}
-        if measure_rss:
-            rss["korch"] = peak_rss_mb(["korch", plan_dir, str(threads)])
-            rss["onnxruntime"] = peak_rss_mb(["onnxruntime", str(model_path), str(threads)])
-            if zoo_name and "torch_compile" in rss:
-                rss["torch_compile"] = peak_rss_mb(["torch_compile", zoo_name, str(threads)])
-            if "openvino" in rss:
-                rss["openvino"] = peak_rss_mb(["openvino", str(model_path), str(threads)])
+
+def _compare(model: onnx.ModelProto, model_path: Path, zoo_name: str | None, plan, session,
+             feeds: dict[str, np.ndarray], threads: int, rounds: int, settings, rss_plan: Path | None
+             ) -> dict[str, Any]:
+    """korch's `session` (running `plan`) and the peers on `feeds`, side by side; peak RSS of each in
+    its own process when `rss_plan` (the plan directory korch's process loads) is given."""
+    graph = plan.graph
+    # onnxruntime as its users run it: default session settings, so its pool spins after a run
+    # (korch's own onnxruntime kernels park it; that is korch's setting, not the baseline's).
+    ort_session = make_session(model, threads, stop_spinning=False)
+    ort_feeds = {n: feeds[n] for n in graph.inputs}
+    systems = [System("korch", lambda: session.run(None, feeds)),
+               System("onnxruntime", lambda: ort_session.run(None, ort_feeds))]
+    try:
+        systems.append(_torch_compile_zoo(zoo_name, feeds, threads) if zoo_name
+                       else _torch_compile_graph(graph, feeds, threads))
+    except Exception as e:  # torch missing or a compile failure: report, do not hide the others
+        log.warning("torch.compile baseline unavailable: %s", e)
+    if "openvino" in backend_names():
+        try:
+            systems.append(_openvino_file(model_path, feeds, threads))
+        except Exception as e:  # a model OpenVINO cannot compile: report it, keep the others
+            log.warning("OpenVINO baseline unavailable: %s", e)
+    expected = dict(zip([o.name for o in ort_session.get_outputs()], ort_session.run(None, ort_feeds)))
+
+    @functools.cache
+    def exact() -> Mapping[str, np.ndarray]:        # korch's float64 reference: once, if a system needs it
+        values = run_graph(graph, feeds)
+        return dict(zip(expected, (values[o] for o in graph.outputs)))     # outputs by position
+
+    # Every system, korch and peers, is judged by the accuracy policy that judges korch's plans.
+    judged = {s.name: _accuracy(s, expected, exact, settings.accuracy) for s in systems if s.name != "onnxruntime"}
+    errors = {name: error for name, (error, _) in judged.items()}
+    disagree = {name: check.worst() for name, (_, check) in judged.items() if not check.ok}
+    for name, why in disagree.items():
+        log.warning("%s disagrees with onnxruntime beyond the accuracy policy: %s", name, why)
+    one = measure(systems[1].run, warmup=2, repeats=3, min_seconds=0.0).median_s
+    timings = side_by_side({s.name: s.run for s in systems}, rounds, one, warmup=3)
+    rss: dict[str, float | None] = {s.name: None for s in systems}
+    if rss_plan is not None:
+        shapes = ",".join(f"{n}={'x'.join(map(str, feeds[n].shape))}" for n in graph.inputs)
+        rss["korch"] = peak_rss_mb(["korch", str(rss_plan), str(threads)])
+        rss["onnxruntime"] = peak_rss_mb(["onnxruntime", str(model_path), str(threads), shapes])
+        if zoo_name and "torch_compile" in rss:
+            rss["torch_compile"] = peak_rss_mb(["torch_compile", zoo_name, str(threads)])
+        if "openvino" in rss:
+            rss["openvino"] = peak_rss_mb(["openvino", str(model_path), str(threads), shapes])
     stats_by_system = {s.name: {**_stats(timings[s.name], rss[s.name]), "max_rel_error": errors.get(s.name, 0.0)}
                        for s in systems}
     return {
-        "model": model_spec, "threads": threads,
         "onnxruntime_settings": f"default session: ORT_ENABLE_ALL, intra_op_num_threads={threads}",
         "systems": stats_by_system, "vs_best": vs_best(stats_by_system),
         "notes": {s.name: s.note for s in systems if s.note},
         "max_rel_error": errors["korch"], "disagree": disagree, "rtol": settings.accuracy.rtol,
-        "optimize_seconds": optimize_seconds,
-        "candidates": stats.get("candidates"), "unique_candidates": stats.get("unique_candidates"),
-        "profiled": stats.get("profiled_new"), "profiled_cached": stats.get("profiled_cached"),
         "kernels": len(plan.steps), "kernels_by_backend": plan.kernels_by_backend(),
     }
 
@@ -215,6 +241,10 @@ def vs_best(systems: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def format_table(result: dict[str, Any]) -> str:
+    if "buckets" in result:
+        return "\n\n".join(format_table({"model": f"{result['model']}, bucket {b['bucket']}: " + ", ".join(
+            f"{n} {'x'.join(map(str, s))}" for n, s in b["shapes"].items()), "threads": result["threads"], **b})
+            for b in result["buckets"])
     systems = result["systems"]
     base = systems["korch"]["median_ms"]
     lines = [f"{result['model']} ({result['threads']} threads)",

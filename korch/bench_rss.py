@@ -1,9 +1,11 @@
 """Peak resident memory of one system running a model, in a fresh process (used by korch bench).
 
     python -m korch.bench_rss korch PLAN_DIR THREADS
-    python -m korch.bench_rss onnxruntime MODEL.onnx THREADS
+    python -m korch.bench_rss onnxruntime MODEL.onnx THREADS [SHAPES]
     python -m korch.bench_rss torch_compile ZOO_NAME THREADS
-    python -m korch.bench_rss openvino MODEL.onnx THREADS
+    python -m korch.bench_rss openvino MODEL.onnx THREADS [SHAPES]
+
+SHAPES (`input_ids=1x32,mask=1x32`) gives inputs with symbolic dims their shape (a bucket's).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import sys
 RUNS = 5
 
 
-def main(system: str, target: str, threads: int) -> None:
+def main(system: str, target: str, threads: int, shapes: dict[str, tuple[int, ...]] | None = None) -> None:
+    shapes = shapes or {}
     if system == "korch":
         import numpy as np
 
@@ -37,7 +40,7 @@ def main(system: str, target: str, threads: int) -> None:
         # Values do not change memory use; zeros are valid for index inputs.
         dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
                   "tensor(bool)": np.bool_, "tensor(double)": np.float64}
-        feeds = {i.name: np.zeros(i.shape, dtypes[i.type]) for i in session.get_inputs()}
+        feeds = {i.name: np.zeros(shapes.get(i.name, i.shape), dtypes[i.type]) for i in session.get_inputs()}
         fn = lambda: session.run(None, feeds)  # noqa: E731
     elif system == "openvino":
         import numpy as np
@@ -46,7 +49,8 @@ def main(system: str, target: str, threads: int) -> None:
 
         kernel, _ = OpenVinoBackend().compile_file(target, threads)      # from the file, like the bench's peer
         ports = kernel.compiled.inputs
-        args = [np.zeros(tuple(port.get_shape()), port.get_element_type().to_dtype()) for port in ports]
+        args = [np.zeros(shapes.get(port.get_any_name()) or tuple(port.get_shape()), port.get_element_type().to_dtype())
+                for port in ports]
         fn = lambda: kernel.run(args)  # noqa: E731
     elif system == "torch_compile":
         import torch
@@ -80,5 +84,11 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def parse_shapes(text: str) -> dict[str, tuple[int, ...]]:
+    """`a=1x32,b=1x32` -> {"a": (1, 32), "b": (1, 32)} (written by korch.bench, not by users)."""
+    pairs = (item.split("=") for item in text.split(",") if item)
+    return {name: tuple(int(d) for d in dims.split("x") if d) for name, dims in pairs}
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), parse_shapes(sys.argv[4]) if len(sys.argv) > 4 else None)

@@ -240,8 +240,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         write_json(result, args.json)
         print(f"wrote {args.json}")
-    if args.plan:
-        write_json(result, Path(args.plan) / "bench.json")     # the report shows it beside the plan
+    if args.plan:                       # the report shows it beside the plan (each bucket's beside its plan)
+        for k, part in enumerate(result.get("buckets", [result])):
+            where = Path(args.plan) / f"bucket-{k}" if "buckets" in result else Path(args.plan)
+            write_json({"model": result["model"], "threads": result["threads"], **part}, where / "bench.json")
     return 0
 
 

@@ -3,6 +3,7 @@ dispatches on the feeds' shapes and runs any other shape on onnxruntime over the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -152,6 +153,31 @@ def test_cli_optimizes_buckets_and_runs_them(tmp_path: Path, capsys: pytest.Capt
     assert main(["optimize", str(path), "-o", str(plan), "--shapes", "x=1x64", "--input-shape", "x=1x64",
                  "--cache", str(tmp_path / "c")]) != 0
     assert "not both" in capsys.readouterr().err
+
+
+def test_bench_compares_each_bucket_with_the_peers_on_the_dynamic_model(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "dyn.onnx"
+    _dynamic_model(path)
+    plan = tmp_path / "plan"
+    assert main(["optimize", str(path), "-o", str(plan), "--shapes", "x=1x64,2x64", "--backends", "onnxruntime",
+                 "--threads", "1", "--cache", str(tmp_path / "c")]) == 0
+    capsys.readouterr()
+    out = tmp_path / "bench.json"
+    assert main(["bench", str(path), "--plan", str(plan), "--threads", "1", "--rounds", "3", "--json", str(out),
+                 "--cache", str(tmp_path / "c")]) == 0
+    table = capsys.readouterr().out
+    assert "bucket 0: x 1x64, m 1x32" in table and "bucket 1: x 2x64, m 2x32" in table
+    result = json.loads(out.read_text())
+    assert [b["shapes"] for b in result["buckets"]] == [{"x": [1, 64], "m": [1, 32]}, {"x": [2, 64], "m": [2, 32]}]
+    for k, bucket in enumerate(result["buckets"]):
+        korch_, ort = bucket["systems"]["korch"], bucket["systems"]["onnxruntime"]
+        assert korch_["median_ms"] > 0 and ort["median_ms"] > 0
+        assert bucket["max_rel_error"] <= bucket["rtol"] and bucket["disagree"] == {}
+        # peak memory measured in child processes, onnxruntime's on the bucket's shapes
+        assert korch_["peak_rss_mb"] > 0 and ort["peak_rss_mb"] > 0
+        beside = json.loads((plan / f"bucket-{k}" / "bench.json").read_text())
+        assert beside["shapes"] == bucket["shapes"] and beside["systems"] == bucket["systems"]
 
 
 def test_python_api_optimizes_saves_compiles_and_loads_buckets(tmp_path: Path) -> None:
