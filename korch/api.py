@@ -58,8 +58,9 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     threads. Measurements go to the profile database under `cache_dir` (default: the user cache dir,
     ~/.cache/korch), so optimizing the same model again profiles nothing.
 
-    The returned plan has been compiled, timed end to end and checked against onnxruntime; a plan
-    that disagrees raises VerificationError instead. Its summary holds what the CLI prints.
+    The returned plan has been compiled, timed end to end and checked against onnxruntime (in this
+    run, or in an earlier one on the same weights: then it is returned without compiling it again); a
+    plan that disagrees raises VerificationError instead. Its summary holds what the CLI prints.
     Nodes korch cannot fission run whole in onnxruntime; `strict=True` refuses such a model instead.
 
     `input_shapes` fixes symbolic dims to one value each. `shapes` gives several ({"input_ids":
@@ -82,7 +83,7 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     with ProfileDB(directory / "profiles.sqlite") as db:
         if shapes is not None:
             return optimize_buckets(model, db, settings, shapes, progress)[0]
-        plan, _, _ = run_pipeline(model, db, settings, input_shapes, progress=progress)
+        plan, _, _ = run_pipeline(model, db, settings, input_shapes, progress=progress, compile_session=False)
     return plan
 
 

@@ -125,7 +125,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         return _optimize_buckets(args, settings)
     with _open_db(args) as db:
         plan, _, stats = optimize(args.model, db, settings, _input_shapes(args.input_shape),
-                                  progress=ProgressBar("profiling", not args.quiet))
+                                  progress=ProgressBar("profiling", not args.quiet), compile_session=False)
     save_plan(plan, args.output)
     if not args.quiet:
         print(format_summary(stats, plan.kernels_by_backend()))
@@ -177,7 +177,9 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                         f"solve(s), {stats.guide.skipped} kernels never compiled"
                         + ("" if stats.guide.stable else " (round limit reached)") if stats.guide.backends else "")),
         ("kernels", f"{sel.kernels}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items())) + split),
-        ("time", f"measured {sel.measured_ms:.3f} ms per run; predicted {sel.predicted_ms:.3f} ms (profiled "
+        ("time", f"measured {sel.measured_ms:.3f} ms per run"
+                 + (" when it was chosen" if stats.check_remembered else "")
+                 + f"; predicted {sel.predicted_ms:.3f} ms (profiled "
                  f"kernels + {sel.boundary_ms:.3f} ms of boundary costs calibrated on this machine); "
                  + ("the choice remembered from an earlier run" if sel.remembered
                     else f"{sel.rounds} split plan(s) timed")),
@@ -185,7 +187,9 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
         ("solver", f"{sel.solve_seconds:.3f} s, " + ("proven optimal" if sel.optimal and sel.gap == 0 else
                                                       f"gap {sel.gap:.1e}, NOT proven optimal")),
         ("check", f"max relative error vs onnxruntime {stats.max_rel_error:.2e} over {stats.check_inputs} random "
-                  f"inputs; worst {stats.check_worst}"),
+                  f"inputs; worst {stats.check_worst}"
+                  + ("; passed by this plan on these weights in an earlier run, not run again"
+                     if stats.check_remembered else "")),
         ("stages", ", ".join(f"{name} {seconds:.1f} s" for name, seconds in (
             ("load", stats.load_seconds), ("fission", stats.fission_seconds), ("candidates", stats.candidates_seconds),
             ("profile", stats.profile_seconds), ("select", stats.select_seconds), ("check", stats.check_seconds),

@@ -28,7 +28,7 @@ from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile
 from korch.profile.profiler import ProfileOutcome, Progress, accepted
 from korch.profile.prune import worth_profiling
-from korch.runtime import Session
+from korch.runtime import Session, compile_plan
 from korch.select import Option
 from korch.select.coverage import require_cover
 from korch.select.measured import SelectionStats, measured_selection
@@ -107,6 +107,7 @@ class OptimizeStats:
     check_tolerance: float            # the tolerance of the output that came closest to its own
     check_worst: str                  # that output, its errors and tolerance, in words (verify.PlanCheck.worst)
     check_inputs: int
+    check_remembered: bool            # the plan passed this check on these weights in an earlier run (not run again)
     load_seconds: float
     fission_seconds: float
     candidates_seconds: float
@@ -228,10 +229,12 @@ def check_plan(plan: Plan, session: Session, checker: PlanChecker) -> PlanCheck:
 
 def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, settings: OptimizeSettings = OptimizeSettings(),
              input_shapes: Mapping[str, Sequence[int]] | None = None,
-             progress: Progress | None = None) -> tuple[Plan, Session, OptimizeStats]:
+             progress: Progress | None = None, compile_session: bool = True) -> tuple[Plan, Session | None, OptimizeStats]:
     """The whole method: fission, candidates, profiling, measured selection, checked plan.
 
-    Raises VerificationError (and returns no plan) if the plan disagrees with onnxruntime.
+    Raises VerificationError (and returns no plan) if the plan disagrees with onnxruntime. A warm run
+    whose plan passed its check on the same weights before returns that plan without compiling it;
+    its session is then None unless `compile_session`.
     """
     start = time.perf_counter()
     machine = machine_fingerprint()
@@ -254,22 +257,28 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
     checker = plan_checker(graph, fissioned.model, settings)
-    selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker)
+    weights = graph.constants_digest()
+    selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker,
+                                  weights)
     select_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     check = selected.check or check_plan(selected.plan, selected.session, checker)
+    if check.ok and not selected.check_remembered and selected.problem:
+        db.remember_check(selected.problem, {"weights": weights, "check": check.to_json()})
     stats = OptimizeStats(
         primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque), candidates=len(cands.all), regions=len(cands.regions),
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,
         profiled_cached=profiled.stored, guide=guide, kernel_tolerance=profiled.tolerance, fp32_error=profiled.fp32_error,
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,
         check_worst=check.worst(),
-        check_inputs=settings.accuracy.check_inputs, load_seconds=fissioned.load_seconds,
+        check_inputs=settings.accuracy.check_inputs, check_remembered=selected.check_remembered,
+        load_seconds=fissioned.load_seconds,
         fission_seconds=fissioned.fission_seconds, candidates_seconds=cands.seconds, profile_seconds=profile_seconds,
         profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)
     if not check.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {check.summary()}")
-    return replace(selected.plan, summary=stats.summary()), selected.session, stats
+    session = selected.session if selected.session is not None or not compile_session else compile_plan(selected.plan)
+    return replace(selected.plan, summary=stats.summary()), session, stats
 
 
 def optimize_buckets(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, settings: OptimizeSettings,
@@ -285,7 +294,7 @@ def optimize_buckets(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB,
     for k, bucket in enumerate(bucket_shapes(model, shapes, model_label(source))):
         if on_bucket is not None:
             on_bucket(k, bucket)
-        plan, _, st = optimize(model, db, settings, bucket, progress)
+        plan, _, st = optimize(model, db, settings, bucket, progress, compile_session=False)
         buckets.append(Bucket(bucket, plan))
         stats.append(st)
     return BucketedPlan(tuple(buckets), declared(model_inputs(model)), declared(model.graph.output),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import onnx
@@ -238,6 +238,15 @@ class PlanCheck:
         floor = (f"; onnxruntime itself is {worst.fp32_error:.2e} from the float64 reference"
                  if worst.fp32_error is not None else "")
         return f"output {worst.diff.name!r}: {what}{floor}"
+
+    def to_json(self) -> list[dict]:
+        return [asdict(c) for c in self.checks]
+
+    @classmethod
+    def from_json(cls, rows: Sequence[Mapping]) -> PlanCheck:
+        """Inverse of to_json; KeyError/TypeError/ValueError on anything else."""
+        return cls(tuple(OutputCheck(int(r["seed"]), OutputDiff(**r["diff"]), float(r["tolerance"]),
+                                     r.get("fp32_error"), r.get("exact_error")) for r in rows))
 
     def summary(self) -> str:
         if not self.checks:

@@ -6,6 +6,7 @@ import gc
 import json
 import sqlite3
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,47 @@ def test_second_optimize_reuses_the_measured_selection(db: ProfileDB) -> None:
     assert second.selection.boundary_ms == first.selection.boundary_ms
     assert second.selection.why == first.selection.why and "split plan" in first.selection.why
     assert [s.key for s in plan2.steps] == [s.key for s in plan1.steps]
+
+
+def test_a_warm_run_returns_the_checked_plan_without_compiling_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan that passed its check is remembered with that check and the weights it ran on: the same
+    model again gets the same plan, neither compiled nor checked again. The same architecture with
+    other weights is the same selection problem (keys leave weights out), but its plan is checked."""
+    import korch.select.measured as measured
+    from korch.runtime import session as sessions
+
+    model = zoo.to_model_proto("bert-mini")
+    settings = replace(ORT_ONLY, profile=QUICK_PROFILE, selection=QUICK_SELECTION)
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        plan, _, cold = optimize(model, db, settings)
+        compiled: list[int] = []
+        real = sessions.compile_plan
+
+        def counting(*args, **kwargs):
+            compiled.append(1)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(measured, "compile_plan", counting)
+        again, session, warm = optimize(model, db, settings, compile_session=False)
+        assert session is None and compiled == [] and warm.check_remembered and not cold.check_remembered
+        assert warm.selection.remembered and [s.key for s in again.steps] == [s.key for s in plan.steps]
+        assert (warm.max_rel_error, warm.check_worst) == (cold.max_rel_error, cold.check_worst)
+        assert warm.selection.measured_ms == cold.selection.measured_ms
+        assert warm.check_seconds < cold.check_seconds
+
+        other = onnx.ModelProto()
+        other.CopyFrom(model)
+        weight = max(other.graph.initializer, key=lambda t: len(onnx.numpy_helper.to_array(t).reshape(-1)))
+        weight.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weight) * np.float32(1.5), weight.name))
+        _, _, changed = optimize(other, db, settings, compile_session=False)
+        assert changed.selection.remembered and not changed.check_remembered and compiled == [1]
+        _, session, warm_again = optimize(other, db, settings)     # remembered now, and compiled when asked for
+        assert warm_again.check_remembered and compiled == [1] and session is not None
+        feeds = random_feeds(plan.graph, seed=5)
+        for diff in diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))),
+                                 run_onnxruntime(other, feeds)):
+            assert diff.rel <= DEFAULT_RTOL, diff
 
 
 def test_saved_plan_maps_its_weights_instead_of_copying_them(db: ProfileDB, tmp_path: Path,

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType, TracebackType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from korch.errors import ExitCode, KorchError
 from korch.profile.boundaries import Line
@@ -88,7 +88,8 @@ CREATE TABLE IF NOT EXISTS selections (
     created_at REAL NOT NULL,
     whole_model_backend TEXT,
     reason TEXT,
-    costs TEXT
+    costs TEXT,
+    checked TEXT
 ) WITHOUT ROWID;
 """
 _BOUNDARIES = """
@@ -126,7 +127,8 @@ CREATE TABLE IF NOT EXISTS sightings (
 ) WITHOUT ROWID;
 """
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
-_COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT")),
+_COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT"),
+                                  ("checked", "TEXT")),
                   "profiles": (("error", "REAL"), ("rejection", "TEXT"), ("korch_code", "TEXT"))}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
@@ -166,13 +168,16 @@ class RememberedSelection(NamedTuple):
     """What measured selection kept for one selection problem: the kept plan's predicted boundary
     cost (penalty_s), the plan's measured time, the backend of the whole-model kernel when one engine running the
     whole model was kept (None when a split plan was kept), and why. `costs`: the in-plan costs
-    (seconds, by "candidate key|backend") the final solve used in place of profiles (measured.py)."""
+    (seconds, by "candidate key|backend") the final solve used in place of profiles (measured.py).
+    `checked`: the kept plan's passed accuracy check and the weights it was checked on
+    ({"weights": digest, "check": verify.PlanCheck.to_json()}), once the pipeline has checked it."""
 
     penalty_s: float
     measured_s: float
     whole_model_backend: str | None = None
     reason: str | None = None
     costs: Mapping[str, float] = MappingProxyType({})
+    checked: Mapping[str, Any] | None = None
 
 
 class TimedKernel(NamedTuple):
@@ -340,18 +345,31 @@ class ProfileDB:
 
     def get_selection(self, problem_key: str) -> RememberedSelection | None:
         """What measured selection settled on for this selection problem, or None."""
-        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend, reason, costs FROM selections "
+        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend, reason, costs, checked FROM selections "
                            "WHERE problem_key = ?", (problem_key,))
         if not rows:
             return None
-        penalty, measured, backend, reason, costs = rows[0]
+        penalty, measured, backend, reason, costs, checked = rows[0]
         try:
             parsed = {str(k): float(v) for k, v in json.loads(costs).items()} if costs else {}
         except (ValueError, TypeError, AttributeError):
             log.warning("%s: remembered selection %s has unreadable costs; deciding it again", self.path,
                         problem_key[:12])
             return None
-        return RememberedSelection(float(penalty), float(measured), backend, reason, MappingProxyType(parsed))
+        try:
+            check = json.loads(checked) if checked else None
+        except ValueError:
+            check = None                                   # unreadable: the plan is checked again
+        return RememberedSelection(float(penalty), float(measured), backend, reason, MappingProxyType(parsed),
+                                   check if isinstance(check, dict) else None)
+
+    def remember_check(self, problem_key: str, checked: Mapping[str, Any]) -> None:
+        """Store the passed check of the plan kept for `problem_key` (RememberedSelection.checked)."""
+        conn = self._connection()
+        try:
+            conn.execute("UPDATE selections SET checked = ? WHERE problem_key = ?", (json.dumps(checked), problem_key))
+        except sqlite3.Error as e:
+            raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 
     def put_selection(self, problem_key: str, penalty_s: float, measured_s: float,
                       whole_model_backend: str | None = None, reason: str | None = None,

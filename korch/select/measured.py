@@ -126,9 +126,11 @@ class SelectionStats:
 @dataclass(frozen=True)
 class Selected:
     plan: Plan
-    session: Session
+    session: Session | None               # None: a remembered plan, already checked, was not compiled
     stats: SelectionStats
-    check: PlanCheck | None = None        # the kept plan's accuracy check, when selection ran one
+    check: PlanCheck | None = None        # the kept plan's accuracy check, when selection ran one (or remembered it)
+    problem: str = ""                     # selection_problem_key: where the kept plan's check is remembered
+    check_remembered: bool = False        # `check` is the one this plan passed on these weights in an earlier run
 
 
 @dataclass(frozen=True)
@@ -299,16 +301,18 @@ class _Context:
 def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                        source: OnnxSource | None, settings: OptimizeSettings, machine: str,
                        db: ProfileDB | None = None, boundaries: BoundaryModel | None = None,
-                       checker: PlanChecker | None = None) -> Selected:
+                       checker: PlanChecker | None = None, weights: str | None = None) -> Selected:
     """The fastest plan as measured, of those that pass `checker`: the best split plan or one engine's
     whole model (module doc). `boundaries`: the machine's calibrated boundary costs (None: boundaries
-    cost nothing). `checker`: None checks nothing (the caller checks the plan kept)."""
+    cost nothing). `checker`: None checks nothing (the caller checks the plan kept). `weights`: the
+    digest of the model's constants (pipeline.weights_digest); a remembered plan that passed its check
+    on the same weights is returned as it is, neither compiled, timed nor checked again."""
     ctx = _Context(graph, options, steps, source, settings, machine,
                    boundaries if boundaries is not None else BoundaryModel(), checker)
     problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
-        return _replay(ctx, remembered)
+        return replace(_replay(ctx, remembered, weights), problem=problem)
     found = _accurate_split(ctx)
     costs = found.costs
     selected = _compare(ctx, found)
@@ -318,7 +322,7 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
         db.put_selection(problem, kept.boundary_ms * 1e-3, kept.measured_ms * 1e-3,
                          None if kept.kept == SPLIT else kept.kept, kept.why,
                          remembered_costs if kept.kept == SPLIT else None)
-    return selected
+    return replace(selected, problem=problem)
 
 
 @dataclass(frozen=True)
@@ -620,7 +624,7 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
             f"at {_ms(ctx.whole[winner].cost)} (no side-by-side comparison){also}")
 
 
-def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, measured_s: float | None,
+def _result(ctx: _Context, plan: Plan, session: Session | None, selection: Selection, measured_s: float | None,
             kept: str, why: str, split: _Timed | None, rounds: int, solve_s: float,
             duels: Sequence[Duel], in_plan_costs: int, inaccurate: Mapping[str, str] | None = None,
             check: PlanCheck | None = None, remembered: bool = False) -> Selected:
@@ -641,16 +645,38 @@ def _result(ctx: _Context, plan: Plan, session: Session, selection: Selection, m
     return Selected(plan, session, stats, check)
 
 
-def _replay(ctx: _Context, remembered: RememberedSelection) -> Selected:
-    """A warm run of a problem decided before: solve (or take the engine's whole model) once, compile, time."""
+def _replay(ctx: _Context, remembered: RememberedSelection, weights: str | None) -> Selected:
+    """A warm run of a problem decided before: solve (or take the engine's whole model) once. The plan
+    is the one chosen then; if it passed its check on these weights, that check and the time measured
+    then are its own, and it is not compiled (a warm bert-base spent 13 of 26 s compiling its Inductor
+    kernel again, and 2.5 s checking it). Otherwise it is compiled and timed, and the caller checks it."""
     why = remembered.reason or "remembered from an earlier run"
+    check = _remembered_check(remembered, weights)
     backend = remembered.whole_model_backend
     if backend is not None and backend in ctx.whole:
         plan, selection = ctx.whole_model(backend)
-        return _result(ctx, plan, compile_plan(plan), selection, None, backend, why, None, 0, 0.0, (), 0,
+        kept, split, solve_s = backend, None, 0.0
+    else:
+        selection = ctx.solve(ctx.costed(remembered.costs))
+        plan, predicted = ctx.plan(selection)
+        kept, split, solve_s = SPLIT, _Timed(plan, None, predicted, None, selection), selection.seconds
+    in_plan = len(remembered.costs) if kept == SPLIT else 0
+    if check is None:
+        return _result(ctx, plan, compile_plan(plan), selection, None, kept, why, split, 0, solve_s, (), in_plan,
                        remembered=True)
-    selection = ctx.solve(ctx.costed(remembered.costs))
-    plan, predicted = ctx.plan(selection)
-    split = _Timed(plan, None, predicted, None, selection)
-    return _result(ctx, plan, compile_plan(plan), selection, None, SPLIT, why, split, 0, selection.seconds, (),
-                   len(remembered.costs), remembered=True)
+    result = _result(ctx, plan, None, selection, remembered.measured_s, kept, why, split, 0, solve_s, (), in_plan,
+                     check=check, remembered=True)
+    return replace(result, check_remembered=True)
+
+
+def _remembered_check(remembered: RememberedSelection, weights: str | None) -> PlanCheck | None:
+    """The check the remembered plan passed, if it was checked on the same weights (a model of the same
+    architecture with other weights is the same selection problem, but may not pass)."""
+    checked = remembered.checked
+    if weights is None or checked is None or checked.get("weights") != weights:
+        return None
+    try:
+        check = PlanCheck.from_json(checked["check"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return check if check.ok else None
