@@ -168,3 +168,25 @@ def test_model_local_functions_are_inlined_and_fissioned() -> None:
     seed = int(np.random.SeedSequence().entropy % 2**31)
     report = verify_graph(model, graph, seed=seed)
     assert report.ok, f"seed {seed}: {report}"
+
+
+def test_shapes_are_inferred_with_the_weights_set_aside_and_the_weights_kept() -> None:
+    """load_model infers shapes with large float weights' bytes taken out (their values never set a
+    shape): the same value types as onnx's inference of the whole model, a Reshape whose shape is an
+    integer initializer included, and every weight byte back in place."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((64, 96)).astype(np.float32)              # 24 KiB: set aside
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Reshape", ["h", "shape"], ["r"]),
+         helper.make_node("Relu", ["r"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([4, 48], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    loaded = load_model(model)
+    expected = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    assert {v.name: v.type for v in loaded.graph.value_info} == {v.name: v.type for v in expected.graph.value_info}
+    assert [d.dim_value for d in loaded.graph.output[0].type.tensor_type.shape.dim] == [4, 48]
+    assert np.array_equal(numpy_helper.to_array(loaded.graph.initializer[0]), w)
+    assert np.array_equal(numpy_helper.to_array(model.graph.initializer[0]), w)     # the caller's model untouched
