@@ -56,6 +56,12 @@ def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
     cache_dir exported once into it and read back from there."""
     if isinstance(spec, onnx.ModelProto) or Path(spec).exists():
         return spec
+    if cache_dir is not None:           # a cached export is found without importing the zoo (and torch)
+        from korch.zoo.files import exported_path
+
+        cached = exported_path(str(spec), cache_dir)
+        if cached.is_file():
+            return cached
     from korch import zoo
 
     names = [m.name for m in zoo.list_models()]

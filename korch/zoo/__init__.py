@@ -1,30 +1,26 @@
-"""korch built-in model zoo: random-weight PyTorch models exportable to ONNX for tests and benchmarks."""
+"""korch built-in model zoo: random-weight PyTorch models exportable to ONNX for tests and benchmarks.
+
+Names resolve on first use: the model modules import torch, which `korch.zoo.files` (where a cached
+export lives) does not need."""
 
 from __future__ import annotations
 
-# Importing each model module registers its full and mini variants, in this order.
-# isort: off
-from korch.zoo import candy as _candy  # noqa: F401
-from korch.zoo import segformer as _segformer  # noqa: F401
-from korch.zoo import efficientvit as _efficientvit  # noqa: F401
-from korch.zoo import yolox as _yolox  # noqa: F401
-from korch.zoo import yolov4 as _yolov4  # noqa: F401
-from korch.zoo import bert as _bert  # noqa: F401
-from korch.zoo import vit as _vit  # noqa: F401
-from korch.zoo import gpt as _gpt  # noqa: F401
-# isort: on
-from korch.zoo.export import build_module, cached_export, example_inputs, export_onnx, to_model_proto
-from korch.zoo.registry import InputSpec, UnknownModelError, ZooModel, get_model, list_models
+import importlib
 
-__all__ = [
-    "InputSpec",
-    "UnknownModelError",
-    "ZooModel",
-    "build_module",
-    "cached_export",
-    "example_inputs",
-    "export_onnx",
-    "get_model",
-    "list_models",
-    "to_model_proto",
-]
+_PUBLIC = {"build_module": "korch.zoo.export", "cached_export": "korch.zoo.export",
+           "example_inputs": "korch.zoo.export", "export_onnx": "korch.zoo.export", "to_model_proto": "korch.zoo.export",
+           "InputSpec": "korch.zoo.registry", "UnknownModelError": "korch.zoo.registry",
+           "ZooModel": "korch.zoo.registry", "get_model": "korch.zoo.registry", "list_models": "korch.zoo.registry"}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'korch.zoo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import subprocess
 import sys
 import uuid
 import warnings
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +18,7 @@ import torch
 from torch import nn
 
 from korch.logs import only_errors
+from korch.zoo.files import export_fingerprint, exported_path  # noqa: F401  (export_fingerprint: re-exported)
 from korch.zoo.registry import InputSpec, ZooModel, get_model
 
 OPSET = 18
@@ -119,19 +118,6 @@ def export_onnx(name: str, path: str | os.PathLike, seed: int = 0) -> None:
     _write_atomic(to_model_proto(name, seed), path)
 
 
-def export_fingerprint() -> str:
-    """What an exported zoo model depends on: the zoo's own source and the exporting libraries."""
-    h = hashlib.sha256()
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(source.name.encode() + b"\0" + source.read_bytes())
-    for package in ("torch", "onnx", "onnxscript"):
-        try:
-            h.update(f"{package}={metadata.version(package)};".encode())
-        except metadata.PackageNotFoundError:
-            h.update(f"{package}=none;".encode())
-    return h.hexdigest()[:16]
-
-
 def cached_export(name: str, cache_dir: str | os.PathLike, seed: int = 0) -> Path:
     """The zoo model as an ONNX file under `cache_dir/zoo`, exported on first use.
 
@@ -141,10 +127,9 @@ def cached_export(name: str, cache_dir: str | os.PathLike, seed: int = 0) -> Pat
     (bert-base: 414 MB, held through the rest of a cold optimize, which a user's own file never
     pays). Raises OSError if the child fails; building in this process then shows why."""
     get_model(name)    # unknown names fail here, before anything is written
-    directory = Path(cache_dir) / "zoo"
-    path = directory / f"{name}-seed{seed}-{export_fingerprint()}.onnx"
+    path = exported_path(name, cache_dir, seed)
     if not path.is_file():
-        directory.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         _export_in_child(name, path, seed)
     return path
 

@@ -249,6 +249,19 @@ def test_cached_export_refuses_unknown_names_before_writing(tmp_path: Path) -> N
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_cached_export_is_found_without_importing_torch(tmp_path: Path) -> None:
+    """A warm optimize of a zoo model reads its cached export; the model modules (and torch, 1.5 s)
+    are imported only to build one."""
+    import subprocess
+    import sys
+
+    path = zoo.cached_export("candy-mini", tmp_path)
+    code = ("import sys; from korch.pipeline import resolve_model; "
+            f"print(resolve_model('candy-mini', {str(tmp_path)!r})); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(path), "False"]
+
+
 def test_resolve_model_falls_back_to_memory_when_the_cache_is_unwritable(tmp_path: Path) -> None:
     from korch.pipeline import resolve_model
 
