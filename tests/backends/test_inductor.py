@@ -255,3 +255,15 @@ def test_unsupported_graph_gets_a_reason(graph: Graph, reason: str) -> None:
     assert found is not None and reason in found, found
     with pytest.raises(ValueError, match="inductor cannot compile"):
         backend.compile(graph, CompileOptions())          # refused before any tracing
+
+
+def test_the_backend_version_is_read_without_importing_torch() -> None:
+    """Profile records are keyed by the backend's version: a warm optimize reads them without torch
+    (1.5 s to import), and the key is the one torch itself reports, so stored records stay valid."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from korch.backends import get_backend; b = get_backend('inductor'); "
+            "print(b.version); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [f"torch-{torch.__version__}-standalone", "False"]

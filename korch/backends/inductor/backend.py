@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from korch.backends.base import Backend, CompileOptions, Kernel, writable_alias
+from korch.backends.base import CompileOptions, Kernel, writable_alias
 from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, Prim, unsupported_reason
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
@@ -119,59 +119,55 @@ class InductorKernel(Kernel):
         return [y.cpu().numpy() for y in outputs]
 
 
-class InductorBackend(Backend):
-    name = "inductor"
-    # Part of profile keys: the library, and how korch compiles with it (standalone: no Dynamo).
-    version = f"torch-{torch.__version__}-standalone"
-
-    def __init__(self, device: str = "cpu") -> None:
-        self.device = device
-
-    def supports(self, graph: Graph) -> str | None:
-        for node in graph.nodes:
-            if node.klass == PrimClass.OPAQUE:
-                return f"opaque ONNX node {node.origin} ({node.attrs['op_type']}): only an ONNX engine runs it"
-        dynamic = next((name for name, t in graph.types.items() if not t.is_static), None)
-        if dynamic is not None:
-            return (f"value {dynamic!r} has a data-dependent shape ({graph.types[dynamic]}); Inductor kernels here "
-                    "are compiled for static shapes")
-        for node in graph.nodes:
-            reason = unsupported_reason(node, graph)
-            if reason is not None:
-                return reason
-        return None
-
-    def compile(self, graph: Graph, options: CompileOptions) -> Kernel:
-        reason = self.supports(graph)
+def unsupported(graph: Graph) -> str | None:
+    """Why Inductor cannot compile `graph` here, or None (InductorBackend.supports)."""
+    for node in graph.nodes:
+        if node.klass == PrimClass.OPAQUE:
+            return f"opaque ONNX node {node.origin} ({node.attrs['op_type']}): only an ONNX engine runs it"
+    dynamic = next((name for name, t in graph.types.items() if not t.is_static), None)
+    if dynamic is not None:
+        return (f"value {dynamic!r} has a data-dependent shape ({graph.types[dynamic]}); Inductor kernels here "
+                "are compiled for static shapes")
+    for node in graph.nodes:
+        reason = unsupported_reason(node, graph)
         if reason is not None:
-            raise ValueError(f"inductor cannot compile {graph.name}: {reason}")
-        torch.set_num_threads(options.threads)
-        example = [torch.from_numpy(x).to(self.device) for x in warmup_inputs(graph)]
-        with kernel_modules() as modules:
-            try:
-                fn = self._compile(graph, options, example, freezing=True)
-            except Exception as error:          # any failure under freezing: retry the plain path once
-                log.warning("inductor: compiling %s with freezing failed (%s: %s); compiling without freezing",
-                            graph.name, type(error).__name__, error)
-                fn = self._compile(graph, options, example, freezing=False)
-        copies = outputs_to_copy(fn, example) if self.device == "cpu" else ()          # .cpu() copies anyway
-        return InductorKernel(fn, options.threads, self.device, copies, modules, tuple(graph.constants.values()))
+            return reason
+    return None
 
-    def _compile(self, graph: Graph, options: CompileOptions, example: list[torch.Tensor],
-                 freezing: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
-        module = CandidateModule(graph, self.device).eval()
-        # Inductor fixes the OpenMP thread count in the code it generates; cpp.threads also keys its cache.
-        config = {"freezing": freezing, "cpp.threads": options.threads}
-        if freezing and any(np.ndim(a) == 0 for a in graph.constants.values()):
-            # torch 2.13: frozen 0-d constants are inlined as literals, but Inductor's FX graph cache
-            # keys them without their values: a graph differing only in such a scalar gets stale code
-            config["fx_graph_cache"] = False
-        with torch.no_grad():
-            traced = make_fx(module)(*example)        # the buffers become constants of the graph
-            with torch._inductor.config.patch(config), only_errors(_STANDALONE_LOG):
-                # static shapes: compiled for exactly the declared shapes, the fastest code
-                return torch._inductor.standalone_compile(traced, example, dynamic_shapes="from_example_inputs",
-                                                          donate_graph_module=True)
+
+def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
+    """InductorBackend.compile: the graph as one kernel, frozen (or, if freezing fails, plain)."""
+    reason = unsupported(graph)
+    if reason is not None:
+        raise ValueError(f"inductor cannot compile {graph.name}: {reason}")
+    torch.set_num_threads(options.threads)
+    example = [torch.from_numpy(x).to(device) for x in warmup_inputs(graph)]
+    with kernel_modules() as modules:
+        try:
+            fn = _compile(graph, options, example, device, freezing=True)
+        except Exception as error:          # any failure under freezing: retry the plain path once
+            log.warning("inductor: compiling %s with freezing failed (%s: %s); compiling without freezing",
+                        graph.name, type(error).__name__, error)
+            fn = _compile(graph, options, example, device, freezing=False)
+    copies = outputs_to_copy(fn, example) if device == "cpu" else ()          # .cpu() copies anyway
+    return InductorKernel(fn, options.threads, device, copies, modules, tuple(graph.constants.values()))
+
+
+def _compile(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,
+             freezing: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
+    module = CandidateModule(graph, device).eval()
+    # Inductor fixes the OpenMP thread count in the code it generates; cpp.threads also keys its cache.
+    config = {"freezing": freezing, "cpp.threads": options.threads}
+    if freezing and any(np.ndim(a) == 0 for a in graph.constants.values()):
+        # torch 2.13: frozen 0-d constants are inlined as literals, but Inductor's FX graph cache
+        # keys them without their values: a graph differing only in such a scalar gets stale code
+        config["fx_graph_cache"] = False
+    with torch.no_grad():
+        traced = make_fx(module)(*example)        # the buffers become constants of the graph
+        with torch._inductor.config.patch(config), only_errors(_STANDALONE_LOG):
+            # static shapes: compiled for exactly the declared shapes, the fastest code
+            return torch._inductor.standalone_compile(traced, example, dynamic_shapes="from_example_inputs",
+                                                      donate_graph_module=True)
 
 
 # standalone_compile warns on every frozen graph that it cannot make a saveable artifact (freezing
