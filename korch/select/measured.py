@@ -305,7 +305,7 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     """The fastest plan as measured, of those that pass `checker`: the best split plan or one engine's
     whole model (module doc). `boundaries`: the machine's calibrated boundary costs (None: boundaries
     cost nothing). `checker`: None checks nothing (the caller checks the plan kept). `weights`: the
-    digest of the model's constants (pipeline.weights_digest); a remembered plan that passed its check
+    digest of the model's constants (Graph.constants_digest); a remembered plan that passed its check
     on the same weights is returned as it is, neither compiled, timed nor checked again."""
     ctx = _Context(graph, options, steps, source, settings, machine,
                    boundaries if boundaries is not None else BoundaryModel(), checker)
