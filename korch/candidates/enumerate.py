@@ -37,7 +37,7 @@ class CandidateLimits:
 
 def _adjacency(graph: Graph) -> list[list[int]]:
     """Neighbours through data edges, leaving out opaque primitives: growth never reaches them."""
-    index = {n.output: k for k, n in enumerate(graph.nodes)}
+    index = graph.positions
     adj: list[set[int]] = [set() for _ in graph.nodes]
     for k, node in enumerate(graph.nodes):
         for v in node.inputs:
@@ -53,7 +53,7 @@ def _is_opaque(graph: Graph, k: int) -> bool:
 
 def _reachability(graph: Graph) -> tuple[list[int], list[int]]:
     """Bitsets of descendants and ancestors of every node (each includes the node itself)."""
-    index = {n.output: k for k, n in enumerate(graph.nodes)}
+    index = graph.positions
     n = len(graph.nodes)
     anc = [0] * n
     for k, node in enumerate(graph.nodes):

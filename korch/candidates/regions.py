@@ -55,7 +55,7 @@ def onnx_spans(graph: Graph) -> list[tuple[int, int]] | None:
 def cut_positions(graph: Graph) -> set[int]:
     """Positions p (between node p-1 and p) where at most one computed tensor is live across."""
     n = len(graph.nodes)
-    index = {node.output: k for k, node in enumerate(graph.nodes)}
+    index = graph.positions
     last = {k: k for k in range(n)}
     for k, node in enumerate(graph.nodes):
         for v in node.inputs:

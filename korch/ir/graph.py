@@ -121,6 +121,11 @@ class Graph:
         return MappingProxyType({n.output: n for n in self.nodes})
 
     @cached_property
+    def positions(self) -> Mapping[str, int]:
+        """Each node's output -> the node's index in `nodes`."""
+        return MappingProxyType({n.output: k for k, n in enumerate(self.nodes)})
+
+    @cached_property
     def consumers(self) -> Mapping[str, tuple[Node, ...]]:
         users: dict[str, list[Node]] = {}
         for n in self.nodes:
