@@ -71,12 +71,16 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from korch.errors import ExitCode, KorchError
+
+# scipy (0.45 s to import) is imported where a problem is built or solved: a warm optimize that gets
+# its remembered whole-model plan back never solves.
+if TYPE_CHECKING:
+    from scipy import sparse
 
 log = logging.getLogger("korch.select")
 
@@ -143,6 +147,8 @@ def _producers(options: Sequence[Option]) -> dict[str, list[int]]:
 
 def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
              required: Iterable[int] = ()) -> tuple[sparse.csr_array, np.ndarray]:
+    from scipy import sparse
+
     producers = _producers(options)
     rows, cols, vals, lower = [], [], [], []
 
@@ -184,6 +190,8 @@ def _problem(options: Sequence[Option], free: set[str], outputs: Iterable[str],
 def _with_cuts(matrix: sparse.csr_array, lower: np.ndarray,
                cuts: Sequence[_CycleCut]) -> tuple[sparse.csr_array, np.ndarray]:
     """The constraints plus each cut, written as -sum(members) + sum(suppliers) >= 1 - |members|."""
+    from scipy import sparse
+
     if not cuts:
         return matrix, lower
     rows, cols, vals = [], [], []
@@ -312,6 +320,8 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
     `boundary`: what a tensor costs crossing from a kernel of one engine to one of another (module
     doc); it needs `Option.engine`. The selection's cost includes it.
     """
+    from scipy import sparse
+
     start = time.perf_counter()
     free = set(graph_inputs)
     graph_outputs = list(graph_outputs)
@@ -400,6 +410,8 @@ def _exact(cost: np.ndarray, integrality: np.ndarray, matrix: sparse.csr_array, 
     """min cost.x subject to matrix x >= lower, 0 <= x <= 1, integral where `integrality` says: the LP
     relaxation, then the MILP over the options reduced-cost fixing leaves (module doc, "Solving").
     Raises if there is no feasible choice."""
+    from scipy.optimize import linprog
+
     start = time.perf_counter()
     lp = linprog(cost, A_ub=-matrix, b_ub=-lower, bounds=(0, 1), method="highs-ds",
                  options={"time_limit": time_limit})
@@ -446,6 +458,8 @@ def _milp(cost: np.ndarray, integrality: np.ndarray, matrix: sparse.csr_array, l
           time_limit: float, raise_infeasible: bool = True):
     """One HiGHS MILP solve of min cost.x subject to matrix x >= lower, 0 <= x <= 1, integral where
     `integrality` says; raises if it finds no choice (unless told not to)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     result = milp(cost, integrality=integrality, bounds=Bounds(0, 1),
                   constraints=[LinearConstraint(matrix, lower, np.inf)] if len(lower) else [],
                   options={"time_limit": time_limit, "mip_rel_gap": 0.0, "disp": False})

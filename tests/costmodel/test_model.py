@@ -122,3 +122,32 @@ def test_load_or_train_reuses_until_the_database_grows_and_rebuilds_a_damaged_fi
         path.write_bytes(b"\x00garbage")
         rebuilt = load_or_train(db, "onnxruntime", MACHINE, PEAKS, settings)
         assert rebuilt.trained_rows == 70 and read_model(path, "onnxruntime", MACHINE) is not None
+
+
+def test_a_saved_model_is_read_without_lightgbm_and_damaged_trees_never_reach_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Reading a saved model checks its header, its trees' SHA-256 and feature count; lightgbm parses
+    the trees at the first prediction (a warm optimize never predicts). Trees cut short after a valid
+    header, which made lightgbm abort the whole process (SIGABRT), are refused by the checksum before
+    lightgbm sees them, with a warning naming the file."""
+    import subprocess
+    import sys
+
+    model = train(synthetic(100, seed=6), "inductor", MACHINE, PEAKS, SMALL)
+    path = tmp_path / "m.json"
+    save_model(model, path)
+    code = ("import sys; from pathlib import Path; from korch.costmodel.model import read_model; "
+            f"m = read_model(Path({str(path)!r}), 'inductor', {MACHINE!r}); "
+            "print(m is not None and m.booster is not None, 'lightgbm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "False"]
+    feats = [Features(r.features) for r in synthetic(10, seed=7)]
+    np.testing.assert_array_equal(read_model(path, "inductor", MACHINE).predict(feats, 2), model.predict(feats, 2))
+    header = json.loads(path.read_text())
+    cut = header["booster"].index("Tree=1")             # the header intact, the trees cut short
+    path.write_text(json.dumps({**header, "booster": header["booster"][:cut]}))
+    code = ("import sys; from pathlib import Path; from korch.costmodel.model import read_model; "
+            f"print(read_model(Path({str(path)!r}), 'inductor', {MACHINE!r}))")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert child.returncode == 0 and child.stdout.split() == ["None"], child.stderr[-300:]
+    assert str(path) in child.stderr and "checksum" in child.stderr
