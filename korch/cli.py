@@ -244,10 +244,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         write_json(result, args.json)
         print(f"wrote {args.json}")
-    if args.plan:                       # the report shows it beside the plan (each bucket's beside its plan)
-        for k, part in enumerate(result.get("buckets", [result])):
-            where = Path(args.plan) / f"bucket-{k}" if "buckets" in result else Path(args.plan)
-            write_json({"model": result["model"], "threads": result["threads"], **part}, where / "bench.json")
+    if args.plan and "buckets" in result:       # each bucket's beside its plan, where the report shows it
+        for part in result["buckets"]:
+            write_json({"model": result["model"], "threads": result["threads"], **part},
+                       Path(args.plan) / f"bucket-{part['bucket']}" / "bench.json")
+    elif args.plan:
+        write_json(result, Path(args.plan) / "bench.json")     # the report shows it beside the plan
     return 0
 
 

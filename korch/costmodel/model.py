@@ -141,36 +141,23 @@ class CostModel:
         if self.booster is None:
             return prior
         x = _design([f.values for f in features], [threads] * len(features))
-        try:
-            correction = self.booster.predict(x)            # type: ignore[attr-defined]
-        except SavedBoosterError as e:       # damaged past what reading it checks: the prior alone
-            log.warning("%s; predicting with the roofline prior alone", e)
-            self.booster = None
-            return prior
-        return prior * np.exp(correction)
-
-
-class SavedBoosterError(ValueError):
-    """A saved model's trees cannot be parsed."""
+        return prior * np.exp(self.booster.predict(x))            # type: ignore[attr-defined]
 
 
 class SavedBooster:
-    """A saved LightGBM model (its text checked against its checksum), parsed on its first
+    """A saved LightGBM model, as korch wrote it (read_model checks its checksum), parsed on its first
     prediction: lightgbm (and the scipy it imports) take 0.6 s to load, which a warm optimize whose
     profiling is finished never needs."""
 
-    def __init__(self, text: str, path: Path) -> None:
-        self.text, self.path = text, path
+    def __init__(self, text: str) -> None:
+        self.text = text
         self._booster: object | None = None
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         if self._booster is None:
             import lightgbm
 
-            try:
-                self._booster = lightgbm.Booster(model_str=self.text)
-            except Exception as e:           # lightgbm raises its own error types for a damaged model
-                raise SavedBoosterError(f"cost model {self.path}: unreadable trees ({str(e)[:120]})") from None
+            self._booster = lightgbm.Booster(model_str=self.text)
         return self._booster.predict(x)           # type: ignore[attr-defined]
 
     def model_to_string(self) -> str:
@@ -241,30 +228,17 @@ def read_model(path: Path, backend: str, machine: str) -> CostModel | None:
         if problem is None:
             booster = None
             if header["booster"] is not None:
-                # lightgbm aborts the process (SIGABRT) on trees cut short or edited: never hand it any
+                # lightgbm aborts the process (SIGABRT) on trees cut short or edited: never hand it any.
+                # (Trees as korch wrote them take the features the header names, checked by _foreign.)
                 if hashlib.sha256(header["booster"].encode()).hexdigest() != header["booster_sha256"]:
                     raise ValueError("its trees do not match their checksum")
-                features = _booster_features(header["booster"])
-                if features != len(FEATURE_NAMES) + 1:
-                    raise ValueError(f"it takes {features} features")
-                booster = SavedBooster(header["booster"], path)
+                booster = SavedBooster(header["booster"])
             peaks = MachinePeaks(**{k: float(v) for k, v in header["peaks"].items()})
             return CostModel(backend, machine, peaks, int(header["trained_rows"]), booster,
                              float(header["trained_at"]))
     except Exception as e:               # any damage: say so and rebuild, never trust it
         problem = f"unreadable ({type(e).__name__}: {str(e)[:120]})"
     log.warning("cost model %s: %s; ignoring it and training a new one", path, problem)
-    return None
-
-
-def _booster_features(text: str) -> int | None:
-    """The number of features a LightGBM model's text says it takes ("max_feature_idx=N" in its
-    header: N + 1), read without lightgbm; None if the text has no such header."""
-    if not text.startswith("tree\n"):
-        return None
-    for line in text.split("\n", 64)[:64]:
-        if line.startswith("max_feature_idx="):
-            return int(line.partition("=")[2]) + 1
     return None
 
 
