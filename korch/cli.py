@@ -184,6 +184,8 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                  + ("the choice remembered from an earlier run" if sel.remembered
                     else f"{sel.rounds} split plan(s) timed")),
         ("why", sel.why),
+        *([("schedule", ("the best split plan: " if sel.kept != "split" else "") + sel.schedule.why)]
+          if sel.schedule is not None and sel.split_kernels is not None else []),
         ("solver", f"{sel.solve_seconds:.3f} s, " + ("proven optimal" if sel.optimal and sel.gap == 0 else
                                                       f"gap {sel.gap:.1e}, NOT proven optimal")),
         ("check", f"max relative error vs onnxruntime {stats.max_rel_error:.2e} over {stats.check_inputs} random "

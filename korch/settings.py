@@ -95,6 +95,25 @@ class SelectionSettings:
 
 
 @dataclass(frozen=True)
+class ScheduleSettings:
+    """Co-scheduling of a split plan's kernels (korch/select/coschedule.py)."""
+
+    enabled: bool = True
+    # Runs of the plan, each step timed, whose medians cost the schedule (wide and narrow alike).
+    step_runs: int = 7
+    # A step that nothing could run beside still gets a narrow kernel if it takes less than this on all
+    # threads: waking a parked pool costs ~10-20 us a call here, so small kernels ran faster on one
+    # thread than on two (a 32-channel 20x20 conv: 47 against 58 us; benchmarks/lane_pair.py).
+    small_step_s: float = 2e-4
+    # Ready steps tried as seeds of two lanes, pairwise: the first few in plan order (a stage rarely
+    # has more independent branches; each pair costs a greedy growth over the remaining steps).
+    ready_pairs: int = 4
+    # The schedule is kept only if the plan, scheduled, runs in at most this fraction of its time run
+    # one step after another, side by side: a tie keeps the simpler plan.
+    margin: float = 0.99
+
+
+@dataclass(frozen=True)
 class AccuracyPolicy:
     """When a computed fp32 result counts as correct: one rule for kernels and for whole plans.
 
@@ -135,6 +154,7 @@ class OptimizeSettings:
     strict: bool = False            # refuse models with nodes korch cannot fission, instead of keeping them opaque
     profile: ProfileSettings = field(default_factory=ProfileSettings)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
+    schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
     accuracy: AccuracyPolicy = field(default_factory=AccuracyPolicy)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     cost_model: CostModelSettings = field(default_factory=CostModelSettings)

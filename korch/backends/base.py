@@ -63,6 +63,12 @@ class Backend(ABC):
     # ... and that take a model's weights as arrays beside it (initializers at regions.SHARED_LOCATION),
     # rather than embedded in its protobuf: `compile_onnx(shared=...)`.
     shares_weights: bool = False
+    # A kernel of this engine may run in a lane beside another (plan/schedule.py): compiled for a
+    # lane's threads, it computes on the calling thread and threads of its own, releases the GIL
+    # while it does, and keeps no process-wide thread setting. Inductor's kernels set torch's thread
+    # count, which is process-wide (MKL's); OpenVINO's run on the plugin's own executor threads,
+    # which korch does not hold to a lane's CPU.
+    runs_in_lanes: bool = False
 
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
                      options: CompileOptions, external_dir: Path | None = None,

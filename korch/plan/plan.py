@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from korch.errors import KorchError, OutputError
 from korch.ir.graph import Graph
 from korch.ir.onnx_source import OnnxSource
 from korch.ir.serialize import Mapped, load_graph, save_graph
+from korch.plan.schedule import Schedule, ScheduleError, check_schedule
 
 if TYPE_CHECKING:
     import onnx
@@ -82,6 +83,20 @@ class Plan:
     # A loaded plan's ready ONNX models, by step (PREBUILT_BACKENDS' region steps); a step not here
     # is compiled from the source or the primitive graph.
     models: Mapping[Step, Path] = field(default_factory=dict)
+    # Which steps run side by side, on how many threads each (plan/schedule.py); None: one after
+    # another in plan order, each on all `threads`.
+    schedule: Schedule | None = None
+
+    def step_threads(self) -> tuple[int, ...]:
+        """The thread count each step's kernel is compiled for."""
+        if self.schedule is None:
+            return (self.threads,) * len(self.steps)
+        return self.schedule.step_threads(len(self.steps))
+
+    def check_schedule(self, schedule: Schedule) -> None:
+        """Raises ScheduleError if `schedule` cannot run this plan's steps (plan/schedule.py)."""
+        check_schedule(schedule, self.graph.inputs, [s.inputs for s in self.steps], [s.outputs for s in self.steps],
+                       self.threads)
 
     def kernels_by_backend(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -152,7 +167,7 @@ def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | No
         save_graph(plan.graph, tmp, mapped)
         meta = {"format": PLAN_FORMAT, "korch_version": plan.korch_version, "machine": plan.machine,
                 "threads": plan.threads, "steps": [asdict(s) for s in plan.steps], "summary": dict(plan.summary),
-                "models": models}
+                "models": models, "schedule": plan.schedule.to_json() if plan.schedule is not None else None}
         (tmp / "plan.json").write_text(json.dumps(meta, indent=1))
         _write_manifest(tmp)
     return Path(directory)
@@ -233,8 +248,16 @@ def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, ch
         if not file.is_file():
             raise PlanError(f"{path}: damaged plan (step {int(k) + 1}'s model {name} is missing)")
         models[steps[int(k)]] = file
-    return Plan(graph, steps, meta["threads"], meta["machine"], meta["korch_version"], source, meta["summary"],
+    plan = Plan(graph, steps, meta["threads"], meta["machine"], meta["korch_version"], source, meta["summary"],
                 models)
+    if meta.get("schedule") is not None:
+        try:
+            schedule = Schedule.from_json(meta["schedule"])
+            plan.check_schedule(schedule)
+        except ScheduleError as e:
+            raise PlanError(f"{path}: damaged plan (plan.json's schedule: {e})") from None
+        plan = replace(plan, schedule=schedule)
+    return plan
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,8 @@ CREATE TABLE IF NOT EXISTS selections (
     whole_model_backend TEXT,
     reason TEXT,
     costs TEXT,
-    checked TEXT
+    checked TEXT,
+    schedule TEXT
 ) WITHOUT ROWID;
 """
 _BOUNDARIES = """
@@ -128,7 +129,7 @@ CREATE TABLE IF NOT EXISTS sightings (
 """
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
 _COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT"),
-                                  ("checked", "TEXT")),
+                                  ("checked", "TEXT"), ("schedule", "TEXT")),
                   "profiles": (("error", "REAL"), ("rejection", "TEXT"), ("korch_code", "TEXT"))}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
@@ -178,6 +179,10 @@ class RememberedSelection(NamedTuple):
     reason: str | None = None
     costs: Mapping[str, float] = MappingProxyType({})
     checked: Mapping[str, Any] | None = None
+    # The kept split plan's schedule (plan/schedule.py), each step named by its engine and primitives
+    # ("onnxruntime|3,4,5"): [[{"steps": [name, ...], "threads": t}, ...], ...]. None: one step after
+    # another.
+    schedule: Any = None
 
 
 class TimedKernel(NamedTuple):
@@ -345,11 +350,11 @@ class ProfileDB:
 
     def get_selection(self, problem_key: str) -> RememberedSelection | None:
         """What measured selection settled on for this selection problem, or None."""
-        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend, reason, costs, checked FROM selections "
-                           "WHERE problem_key = ?", (problem_key,))
+        rows = self._query("SELECT penalty_s, measured_s, whole_model_backend, reason, costs, checked, schedule "
+                           "FROM selections WHERE problem_key = ?", (problem_key,))
         if not rows:
             return None
-        penalty, measured, backend, reason, costs, checked = rows[0]
+        penalty, measured, backend, reason, costs, checked, schedule = rows[0]
         try:
             parsed = {str(k): float(v) for k, v in json.loads(costs).items()} if costs else {}
         except (ValueError, TypeError, AttributeError):
@@ -360,8 +365,12 @@ class ProfileDB:
             check = json.loads(checked) if checked else None
         except ValueError:
             check = None                                   # unreadable: the plan is checked again
+        try:
+            lanes = json.loads(schedule) if schedule else None
+        except ValueError:
+            lanes = None                                   # unreadable: the plan runs one step after another
         return RememberedSelection(float(penalty), float(measured), backend, reason, MappingProxyType(parsed),
-                                   check if isinstance(check, dict) else None)
+                                   check if isinstance(check, dict) else None, lanes)
 
     def remember_check(self, problem_key: str, checked: Mapping[str, Any]) -> None:
         """Store the passed check of the plan kept for `problem_key` (RememberedSelection.checked)."""
@@ -373,13 +382,15 @@ class ProfileDB:
 
     def put_selection(self, problem_key: str, penalty_s: float, measured_s: float,
                       whole_model_backend: str | None = None, reason: str | None = None,
-                      costs: Mapping[str, float] | None = None) -> None:
+                      costs: Mapping[str, float] | None = None, schedule: Any = None) -> None:
+        """`schedule`: RememberedSelection.schedule's JSON form."""
         conn = self._connection()
         try:
             conn.execute("INSERT OR REPLACE INTO selections (problem_key, penalty_s, measured_s, created_at, "
-                         "whole_model_backend, reason, costs) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         "whole_model_backend, reason, costs, schedule) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                          (problem_key, penalty_s, measured_s, time.time(), whole_model_backend, reason,
-                          json.dumps(dict(costs)) if costs else None))
+                          json.dumps(dict(costs)) if costs else None,
+                          json.dumps(schedule) if schedule is not None else None))
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 

@@ -100,6 +100,16 @@ def _primitive(facts: PlanFacts, k: int) -> list[Any]:
             attrs_text(n)]
 
 
+def _schedule(facts: PlanFacts) -> dict[str, Any] | None:
+    """The plan's schedule as lanes over time (facts.timeline), in ms; None without one."""
+    schedule = facts.plan.schedule
+    if schedule is None:
+        return None
+    slots = [[x.stage, x.lane, x.start_s * 1e3, x.seconds * 1e3, x.threads] for x in facts.slots]
+    return {"lanes": schedule.lanes, "stages": len(schedule.stages), "concurrent": schedule.concurrent_steps,
+            "slots": slots}
+
+
 def build_payload(facts: PlanFacts, layout: Layout, index: ProfileIndex | None, db_note: str) -> dict[str, Any]:
     graph = facts.graph
     return {
@@ -117,5 +127,6 @@ def build_payload(facts: PlanFacts, layout: Layout, index: ProfileIndex | None, 
         "breakdown": _breakdowns(facts),
         "summary": {k: _num(v) for k, v in facts.plan.summary.items()},
         "bench": read_bench(facts.path),
+        "schedule": _schedule(facts),
         "db": db_note,
     }

@@ -73,6 +73,7 @@ def explain_kernel(facts: PlanFacts, index: ProfileIndex, kernel: Kernel, limit:
     lines = [kernel_line(facts, kernel)]
     if len(facts.kernels) == 1 and facts.plan.summary.get("why"):      # one engine runs the whole model
         lines.append(f"  why: {facts.plan.summary['why']}")
+    lines += thread_lines(facts, kernel)
     lines += [f"  ONNX nodes: {', '.join(facts.origins(kernel.nodes)) or '-'}",
               f"  inputs {', '.join(kernel.step.inputs)} -> outputs {', '.join(kernel.step.outputs)}"]
     for i in kernel.nodes:
@@ -88,6 +89,31 @@ def explain_kernel(facts: PlanFacts, index: ProfileIndex, kernel: Kernel, limit:
     return "\n".join(lines)
 
 
+def thread_lines(facts: PlanFacts, kernel: Kernel) -> list[str]:
+    """The thread count the schedule gave the kernel, beside which kernels it runs, and why."""
+    plan, slot = facts.plan, facts.slots[kernel.index]
+    if plan.schedule is None:
+        return [f"  threads: all {plan.threads}, one kernel after another (no schedule: "
+                f"{_schedule_why(facts) or 'the plan was not co-scheduled'})"] if len(facts.kernels) > 1 else []
+    stage = plan.schedule.stages[slot.stage]
+    beside = [facts.kernels[k].id for j, lane in enumerate(stage) if j != slot.lane for k in lane.steps]
+    where = (f"lane {slot.lane + 1} of {len(stage)} in stage {slot.stage + 1}, beside {', '.join(beside)}"
+             if beside else f"alone in stage {slot.stage + 1}")
+    lines = [f"  threads: {slot.threads} of {plan.threads}, {where}"]
+    if slot.wide_s is not None:
+        narrow = f", on {plan.threads // 2}: {_ms(slot.narrow_s)}" if slot.narrow_s is not None else \
+            " (its engine runs in no lane)"
+        lines.append(f"  in the plan, timed one step at a time: on {plan.threads} threads {_ms(slot.wide_s)}{narrow}")
+    if _schedule_why(facts):
+        lines.append(f"  schedule: {_schedule_why(facts)}")
+    return lines
+
+
+def _schedule_why(facts: PlanFacts) -> str:
+    scheduled = facts.plan.summary.get("schedule")
+    return str(scheduled.get("why", "")) if isinstance(scheduled, dict) else ""
+
+
 def plan_verdict(facts: PlanFacts) -> list[str]:
     """The plan's measured time and why it is this plan (split or one engine's whole model)."""
     summary = facts.plan.summary
@@ -97,6 +123,8 @@ def plan_verdict(facts: PlanFacts) -> list[str]:
                      f"(predicted {facts.total_s * 1e3:.4f} ms, the sum of its kernels' profiles)")
     if summary.get("why"):
         lines.append(f"why: {summary['why']}")
+    if _schedule_why(facts):
+        lines.append(f"schedule: {_schedule_why(facts)}")
     gap = summary.get("gap")
     if gap:
         lines.append(f"the solver stopped at a relative gap of {gap:.1%} (not proven optimal)")

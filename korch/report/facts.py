@@ -86,6 +86,11 @@ class PlanFacts:
     def total_s(self) -> float:
         return sum(k.cost_s for k in self.kernels)
 
+    @cached_property
+    def slots(self) -> tuple[Slot, ...]:
+        """Each kernel's place in the schedule (`timeline`)."""
+        return timeline(self.plan)
+
     def kernel(self, ident: str) -> Kernel | None:
         text = ident.strip().lower().removeprefix("k")
         if text.isdigit() and int(text) < len(self.kernels):
@@ -100,6 +105,49 @@ class PlanFacts:
 
     def origins(self, nodes: tuple[int, ...]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.graph.nodes[i].origin for i in nodes if self.graph.nodes[i].origin))
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a kernel runs in the plan's schedule: its lane within its stage, when it starts (from the
+    in-plan times the schedule was built from, else profiles), for how long, on how many threads."""
+
+    stage: int
+    lane: int
+    start_s: float
+    seconds: float
+    threads: int
+    wide_s: float | None = None          # its in-plan time on all the plan's threads
+    narrow_s: float | None = None        # ... and on a lane's (None: not measured, or no lane can run it)
+
+
+def timeline(plan: Plan) -> tuple[Slot, ...]:
+    """Each step's Slot, by plan step; a plan without a schedule is one lane, a step after another."""
+    scheduled = plan.summary.get("schedule") if isinstance(plan.summary, dict) else None
+    measured = scheduled.get("step_ms") if isinstance(scheduled, dict) else None
+    times: list[tuple[float | None, float | None]] = [(None, None)] * len(plan.steps)
+    if isinstance(measured, list) and len(measured) == len(plan.steps):
+        times = [(w * 1e-3 if w else None, n * 1e-3 if n is not None else None) for w, n in measured]
+    threads = plan.step_threads()
+
+    def seconds(k: int) -> float:
+        wide, narrow = times[k]
+        own = narrow if threads[k] < plan.threads else wide
+        return own if own is not None else plan.steps[k].cost_s
+
+    stages = plan.schedule.stages if plan.schedule is not None else tuple(((k,),) for k in range(len(plan.steps)))
+    slots: list[Slot | None] = [None] * len(plan.steps)
+    t = 0.0
+    for s, stage in enumerate(stages):
+        end = t
+        for j, lane in enumerate(stage):
+            start = t
+            for k in getattr(lane, "steps", lane):
+                slots[k] = Slot(s, j, start, seconds(k), threads[k], *times[k])
+                start += seconds(k)
+            end = max(end, start)
+        t = end
+    return tuple(slot for slot in slots if slot is not None)
 
 
 def kernel_class(nodes: list[Node]) -> PrimClass:

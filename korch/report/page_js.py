@@ -175,6 +175,12 @@ function folded(items, sep, head) {
     items.slice(head).join(sep) + "</details>";
 }
 
+function slotText(k) {
+  const [stage, lane, start, dur, threads] = D.schedule.slots[k];
+  const beside = D.schedule.slots.filter((x) => x[0] === stage && x[1] !== lane).length;
+  return threads + " of " + D.threads + " thread(s), stage " + (stage + 1) +
+    (beside ? ", lane " + (lane + 1) + ", beside " + beside + " kernel(s)" : ", alone") + "; " + ms(dur) + " in the plan";
+}
 function kernelHtml(k, focusPrim) {
   const K = D.kernels[k];
   let h = "";
@@ -193,6 +199,7 @@ function kernelHtml(k, focusPrim) {
     "<tr><td>backend</td><td>" + esc(K.label) + "</td></tr>" +
     "<tr><td>profiled time</td><td>" + ms(K.ms) + " (" + (100 * K.ms / D.totalMs).toFixed(1) + "% of plan)</td></tr>" +
     "<tr><td>primitives</td><td>" + K.nodes.length + " (time counted as " + esc(K.cls) + ")</td></tr>" +
+    (D.schedule ? "<tr><td>schedule</td><td>" + slotText(k) + "</td></tr>" : "") +
     "<tr><td>ONNX nodes</td><td class=\"mono\">" + (folded(K.origins.map(esc), "<br>", LIST_HEAD) || "-") +
     "</td></tr>" +
     "<tr><td>reads / writes</td><td class=\"mono\">" + esc(K.inputs.join(", ")) + " &rarr; " +
@@ -227,6 +234,7 @@ $("details").addEventListener("click", (ev) => {
 
 // ---- kernel time chart ---------------------------------------------------------------------
 function drawBars() {
+  if (D.schedule) { drawLanes(); return; }
   const host = $("bars");
   const W = host.clientWidth || 600, H = host.clientHeight || 120;
   host.innerHTML = "";
@@ -244,6 +252,37 @@ function drawBars() {
   el("text", {x: 48, y: H - 2, "font-size": 10, fill: "#5a6478"}, s).textContent = "k0";
   el("text", {x: W, y: H - 2, "font-size": 10, fill: "#5a6478", "text-anchor": "end"}, s).textContent =
     "k" + (n - 1) + "  (execution order; total " + ms(D.totalMs) + ")";
+  document.querySelectorAll("#bars rect").forEach((r, k) => { r.style.fill = kernelColor(k); });
+  if (selected >= 0) document.querySelectorAll("#bars rect")[selected].classList.add("sel");
+}
+
+// The schedule as lanes over time: one row per lane, each kernel a bar from its start for its time
+// (in-plan times the schedule was built from); rects are made in kernel order, as the bar chart's.
+function drawLanes() {
+  const host = $("bars");
+  $("chart").querySelector("h3").textContent =
+    "Schedule: kernels over time, a row per lane (click a bar; hover for its threads)";
+  const W = host.clientWidth || 600, H = host.clientHeight || 120;
+  host.innerHTML = "";
+  const s = el("svg", {width: W, height: H}, host);
+  const lanes = D.schedule.lanes, slots = D.schedule.slots;
+  const end = Math.max(...slots.map((x) => x[2] + x[3]), 1e-9);
+  const rowH = (H - 18) / lanes, x0 = 48, scale = (W - x0 - 4) / end;
+  for (let j = 0; j < lanes; j++) {
+    el("text", {x: 0, y: 4 + rowH * (j + 0.6), "font-size": 10, fill: "#5a6478"}, s).textContent = "lane " + (j + 1);
+  }
+  D.kernels.forEach((K, k) => {
+    const [stage, lane, start, dur, threads] = slots[k];
+    const r = el("rect", {x: x0 + start * scale, y: 2 + lane * rowH, width: Math.max(dur * scale - 0.5, 0.5),
+                          height: rowH - 4}, s);
+    el("title", {}, r).textContent = K.id + " " + K.label + " on " + threads + " thread(s), stage " + (stage + 1) +
+      ", " + ms(dur);
+    r.addEventListener("click", () => { select(k); zoomToKernel(k); });
+  });
+  el("line", {x1: x0, x2: W, y1: H - 14, y2: H - 14, stroke: "#b8bfcc"}, s);
+  el("text", {x: x0, y: H - 2, "font-size": 10, fill: "#5a6478"}, s).textContent = "0";
+  el("text", {x: W, y: H - 2, "font-size": 10, fill: "#5a6478", "text-anchor": "end"}, s).textContent =
+    ms(end) + " (" + D.schedule.stages + " stages; " + D.schedule.concurrent + " kernels side by side)";
   document.querySelectorAll("#bars rect").forEach((r, k) => { r.style.fill = kernelColor(k); });
   if (selected >= 0) document.querySelectorAll("#bars rect")[selected].classList.add("sel");
 }

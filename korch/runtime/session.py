@@ -3,6 +3,11 @@
 The dispatch loop is precomputed: per step, the kernel's bound `run`, the input names, the output
 names and the values whose last use it is (freed right after), so a step costs a few dict
 operations on top of the kernel's own call.
+
+A plan with a schedule (korch/plan/schedule.py) runs its stages in turn; a stage of several lanes
+runs them side by side on a fixed pool of threads made with the session (runtime/lanes.py), each
+kernel compiled for its lane's threads, and frees what the stage was the last to read once all its
+lanes are done.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from korch.errors import ExitCode, KorchError, UsageError
 from korch.ir.types import TensorType
 from korch.plan import Plan, Step, load_plan
 from korch.plan.plan import step_onnx_nodes
+from korch.plan.schedule import Lane
+from korch.runtime.lanes import LanePool
 
 log = logging.getLogger("korch.runtime")
 
@@ -51,18 +58,28 @@ class _Op:
     step: int
 
 
+@dataclass(frozen=True)
+class _Fork:
+    """A stage of several lanes, each a chain of ops run in order; `free` goes once all are done."""
+
+    lanes: tuple[tuple[_Op, ...], ...]
+    free: tuple[str, ...]
+
+
 def plan_placement(plan: Plan) -> Placement | None:
     """Where a plan's threads run (backends/placement.py): only a plan of several kernels is pinned;
     one engine running the whole model keeps its pool spinning and runs as its users run it."""
     return placement(plan.threads) if len(plan.steps) > 1 else None
 
 
-def compile_step(plan: Plan, step: Step) -> Kernel:
-    """The step's kernel: from the ready ONNX model a saved plan holds for it (read as bytes; nothing
-    parses it but the engine), else cut from the source or built from the primitive graph."""
+def compile_step(plan: Plan, step: Step, threads: int | None = None) -> Kernel:
+    """The step's kernel, for `threads` threads (None: the plan's): from the ready ONNX model a saved
+    plan holds for it (read as bytes; nothing parses it but the engine), else cut from the source or
+    built from the primitive graph."""
+    threads = plan.threads if threads is None else threads
     where = plan_placement(plan)
-    options = CompileOptions(threads=plan.threads, runs_alone=len(plan.steps) == 1,
-                             worker_cpus=where.workers if where is not None else ())
+    workers = where.workers[: threads - 1] if where is not None else ()
+    options = CompileOptions(threads=threads, runs_alone=len(plan.steps) == 1, worker_cpus=workers)
     model = plan.models.get(step)
     if model is not None:
         weights = plan.source.weights_dir if plan.source is not None else None
@@ -77,8 +94,8 @@ def compile_step(plan: Plan, step: Step) -> Kernel:
 
 def compile_plan(plan: Plan) -> Session:
     kernels = []
-    for step in plan.steps:
-        kernels.append(compile_step(plan, step))
+    for step, threads in zip(plan.steps, plan.step_threads()):
+        kernels.append(compile_step(plan, step, threads))
         release_freed_heap()
     return Session(plan, kernels)
 
@@ -102,26 +119,51 @@ def release_freed_heap() -> None:
         trim(0)
 
 
+def _program(plan: Plan, ops: Sequence[_Op]) -> tuple[_Op | _Fork, ...]:
+    """The dispatch program: an op per step that runs alone (each step of a one-lane stage), a _Fork per
+    stage of several lanes. Each unit frees the values it is the last to read, and those it makes
+    that nothing later reads, except the graph's outputs."""
+    stages = plan.schedule.stages if plan.schedule is not None else \
+        [(Lane((k,), plan.threads),) for k in range(len(ops))]
+    units: list[tuple[tuple[int, ...], ...]] = []          # per unit, its lanes' step indices
+    for stage in stages:
+        if len(stage) == 1:
+            units.extend(((k,),) for k in stage[0].steps)
+        else:
+            units.append(tuple(lane.steps for lane in stage))
+    last: dict[str, int] = {}
+    for u, lanes in enumerate(units):
+        for k in (k for lane in lanes for k in lane):
+            for v in plan.steps[k].inputs:
+                last[v] = u
+    keep = set(plan.graph.outputs)
+    program: list[_Op | _Fork] = []
+    for u, lanes in enumerate(units):
+        steps = [plan.steps[k] for lane in lanes for k in lane]
+        read = [v for st in steps for v in st.inputs if last[v] == u]
+        unused = [v for st in steps for v in st.outputs if last.get(v, -1) <= u]
+        free = tuple(v for v in dict.fromkeys(read + unused) if v not in keep)
+        if len(lanes) == 1:
+            program.append(replace(ops[lanes[0][0]], free=free))
+        else:
+            program.append(_Fork(tuple(tuple(ops[k] for k in lane) for lane in lanes), free))
+    return tuple(program)
+
+
 class Session:
     def __init__(self, plan: Plan, kernels: Sequence[Kernel]) -> None:
         self.plan = plan
         graph = plan.graph
         self._input_types: dict[str, TensorType] = {n: graph.types[n] for n in graph.inputs}
         self._outputs = graph.outputs
-        keep = set(graph.outputs)
-        last_use: dict[str, int] = {}
-        for k, step in enumerate(plan.steps):
-            for v in step.inputs:
-                last_use[v] = k
-        ops = []
-        for k, (step, kernel) in enumerate(zip(plan.steps, kernels)):
-            dead_inputs = [v for v in dict.fromkeys(step.inputs) if last_use[v] == k and v not in keep]
-            unused_outputs = [v for v in step.outputs if last_use.get(v, -1) <= k and v not in keep]
-            free = tuple(dict.fromkeys(dead_inputs + unused_outputs))
-            ops.append(_Op(kernel.run, step.inputs, step.outputs, free, k))
-        self._ops = tuple(ops)
+        ops = [_Op(kernel.run, step.inputs, step.outputs, (), k)
+               for k, (step, kernel) in enumerate(zip(plan.steps, kernels))]
+        self._program = _program(plan, ops)
         where = plan_placement(plan)
         self._caller_cpu = where.caller if where is not None else None      # held there while the plan runs
+        self._lanes: LanePool | None = None         # the workers of concurrent stages (runtime/lanes.py)
+        if plan.schedule is not None and plan.schedule.lanes > 1:
+            self._lanes = LanePool(plan.schedule.lanes, where.workers if where is not None else ())
 
     def get_inputs(self) -> list[tuple[str, TensorType]]:
         return list(self._input_types.items())
@@ -158,37 +200,59 @@ class Session:
         unknown = [n for n in names if n not in self._outputs]
         if unknown:
             raise RunError(f"unknown outputs {unknown}; the plan's outputs are {list(self._outputs)}")
-        env = self._execute(self._check_feeds(feeds), self._ops)
+        env = self._execute(self._check_feeds(feeds), self._program)
         return [env[n] for n in names]
 
     def step_times(self, feeds: Mapping[str, np.ndarray]) -> list[float]:
-        """One run with each step timed (seconds, in plan order): where a plan's time goes. The timing
-        wraps each kernel's call, so `run` itself carries no clock reads."""
-        times: list[float] = []
+        """One run with each step timed (seconds, by plan step): where a plan's time goes. The timing
+        wraps each kernel's call, so `run` itself carries no clock reads; a step in a lane is timed
+        on its lane's thread, while the other lanes run."""
+        times = [0.0] * len(self.plan.steps)
 
-        def timed(call):
+        def timed(op: _Op) -> _Op:
+            call = op.run
+
             def run(args):
                 t0 = time.perf_counter()
-                results = call(args)
-                times.append(time.perf_counter() - t0)
+                results = call(args)  # type: ignore[operator]
+                times[op.step] = time.perf_counter() - t0
                 return results
-            return run
+            return replace(op, run=run)
 
-        self._execute(self._check_feeds(feeds), [replace(op, run=timed(op.run)) for op in self._ops])
+        program = [timed(u) if isinstance(u, _Op) else
+                   replace(u, lanes=tuple(tuple(timed(op) for op in lane) for lane in u.lanes))
+                   for u in self._program]
+        self._execute(self._check_feeds(feeds), program)
         return times
 
-    def _execute(self, env: dict[str, np.ndarray], ops: Sequence[_Op]) -> dict[str, np.ndarray]:
+    def _execute(self, env: dict[str, np.ndarray], program: Sequence[_Op | _Fork]) -> dict[str, np.ndarray]:
         with pinned(self._caller_cpu):
-            for op in ops:
-                try:
-                    results = op.run([env[i] for i in op.inputs])   # type: ignore[operator]
-                except Exception as e:
-                    raise KernelRunError(self._failure(op.step, e)) from e
-                for name, value in zip(op.outputs, results):
-                    env[name] = value
-                for name in op.free:
+            for unit in program:
+                if isinstance(unit, _Op):
+                    self._call(env, unit)
+                else:
+                    self._fork(env, unit)
+                for name in unit.free:
                     del env[name]
         return env
+
+    def _call(self, env: dict[str, np.ndarray], op: _Op) -> None:
+        try:
+            results = op.run([env[i] for i in op.inputs])   # type: ignore[operator]
+        except Exception as e:
+            raise KernelRunError(self._failure(op.step, e)) from e
+        for name, value in zip(op.outputs, results):
+            env[name] = value
+
+    def _fork(self, env: dict[str, np.ndarray], fork: _Fork) -> None:
+        """The stage's lanes side by side (each writes only its own steps' outputs into `env`)."""
+        assert self._lanes is not None
+
+        def lane(ops: tuple[_Op, ...]) -> None:
+            for op in ops:
+                self._call(env, op)
+
+        self._lanes.run([functools.partial(lane, ops) for ops in fork.lanes])
 
     def _failure(self, k: int, error: Exception) -> str:
         step = self.plan.steps[k]

@@ -55,12 +55,14 @@ from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
 from korch.plan.plan import step_onnx_nodes
+from korch.plan.schedule import Lane, Schedule, ScheduleError
 from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.timing import measure, side_by_side
 from korch.runtime import Session, compile_plan
 from korch.runtime.session import compile_step, release_freed_heap
 from korch.select.blp import Option, Selection, SelectionError, solve
+from korch.select.coschedule import ScheduleStats, coschedule
 from korch.settings import OptimizeSettings
 from korch.verify import PlanCheck, PlanChecker, diff_outputs, random_feeds
 
@@ -68,7 +70,7 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v6-exclude-inaccurate-kernels"
+PROCEDURE = "measured-selection-v7-coschedule"
 SPLIT = "split"
 
 
@@ -121,6 +123,7 @@ class SelectionStats:
     # kernels excluded from split plans because a plan of them failed the check (module doc, step 1b)
     excluded: tuple[str, ...] = ()
     duels: tuple[Duel, ...] = ()          # the side-by-side meetings, in order (module doc, step 2)
+    schedule: ScheduleStats | None = None  # co-scheduling of the best split plan (select/coschedule.py)
 
 
 @dataclass(frozen=True)
@@ -151,10 +154,11 @@ def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], 
     contenders). Equal keys mean the solver sees the same problem."""
     from korch import __version__
 
-    s, a = settings.selection, settings.accuracy
+    s, a, sch = settings.selection, settings.accuracy, settings.schedule
     h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
                        f"{s.multi_kernel_margin}|{s.contender_factor}|{s.refine_rounds}|{s.check_rounds}|{s.blame_fraction}|"
-                       f"{a.rtol}|{a.fp32_factor}|{a.check_inputs}|{settings.seed}".encode())
+                       f"{a.rtol}|{a.fp32_factor}|{a.check_inputs}|{settings.seed}|"
+                       f"{sch.enabled}|{sch.margin}|{sch.ready_pairs}".encode())
     if boundaries is not None:
         h.update(repr(sorted(boundaries.lines.items())).encode())
     rows = sorted(f"{steps[o.key].key}|{steps[o.key].backend}|{sorted(o.nodes)}|{o.cost!r}" for o in options)
@@ -233,6 +237,11 @@ class _Context:
             errors.append(max((d.rel for d in diffs), default=0.0))
         bar = self.settings.selection.blame_fraction * max(errors, default=0.0)
         return sorted(((st, e) for st, e in zip(plan.steps, errors) if e >= bar), key=lambda se: -se[1])
+
+    @property
+    def kernels(self) -> Mapping[Step, Kernel]:
+        """The last compiled split plan's kernels, by step."""
+        return self._kernels
 
     def drop_kernels(self) -> None:
         """Forget the last split plan's kernels (it lost, or failed the check: its weights can go)."""
@@ -314,15 +323,53 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     if remembered is not None:
         return replace(_replay(ctx, remembered, weights), problem=problem)
     found = _accurate_split(ctx)
-    costs = found.costs
+    costs, scheduled = found.costs, found.schedule
     selected = _compare(ctx, found)
+    selected = replace(selected, stats=replace(selected.stats, schedule=scheduled))
     if db is not None:
         kept = selected.stats
         remembered_costs = {**costs, **ctx.excluded_costs()}
         db.put_selection(problem, kept.boundary_ms * 1e-3, kept.measured_ms * 1e-3,
                          None if kept.kept == SPLIT else kept.kept, kept.why,
-                         remembered_costs if kept.kept == SPLIT else None)
+                         remembered_costs if kept.kept == SPLIT else None,
+                         _schedule_by_step(selected.plan, kept.schedule) if kept.kept == SPLIT else None)
     return replace(selected, problem=problem)
+
+
+def _step_name(step: Step) -> str:
+    """Names a step of a plan across runs: its engine and primitives (kernels may overlap, not repeat)."""
+    return f"{step.backend}|{','.join(map(str, step.nodes))}"
+
+
+def _schedule_by_step(plan: Plan, stats: ScheduleStats | None) -> dict[str, object] | None:
+    """The plan's schedule as RememberedSelection.schedule stores it: the steps by `_step_name` in plan
+    order, the stages' lanes as indices into that list, and each step's wide and narrow ms."""
+    if plan.schedule is None:
+        return None
+    return {"steps": [_step_name(st) for st in plan.steps],
+            "stages": [[{"steps": list(lane.steps), "threads": lane.threads} for lane in stage]
+                       for stage in plan.schedule.stages],
+            "step_ms": [list(ms) for ms in stats.step_ms] if stats is not None else []}
+
+
+def _remembered_schedule(plan: Plan, remembered: object) -> tuple[Plan, tuple[tuple[float, float | None], ...]]:
+    """`plan` with the schedule remembered for it (RememberedSelection.schedule), and the steps' wide and
+    narrow ms it was built from; the plan as it is if there is none, or it no longer fits the steps."""
+    if remembered is None:
+        return plan, ()
+    index = {_step_name(st): k for k, st in enumerate(plan.steps)}
+    try:
+        order = [index[str(name)] for name in remembered["steps"]]  # type: ignore[index]
+        schedule = Schedule(tuple(tuple(Lane(tuple(order[int(k)] for k in lane["steps"]), int(lane["threads"]))
+                                        for lane in stage) for stage in remembered["stages"]))  # type: ignore[index]
+        plan.check_schedule(schedule)
+        step_ms = [(0.0, None)] * len(plan.steps)
+        for k, (wide, narrow) in zip(order, remembered.get("step_ms") or []):  # type: ignore[union-attr]
+            step_ms[k] = (float(wide), None if narrow is None else float(narrow))
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ScheduleError) as e:
+        log.warning("the remembered schedule does not fit the plan (%s); it runs one step after another", e)
+        return plan, ()
+    return replace(plan, schedule=schedule), tuple(step_ms) if remembered.get("step_ms") else ()  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True)
@@ -345,6 +392,25 @@ class _Found:
     solve_s: float
     costs: dict[str, float]
     checked: _Checked
+    schedule: ScheduleStats | None = None
+
+
+def _schedule(ctx: _Context, split: _Timed, check: PlanCheck | None) -> tuple[_Timed, PlanCheck | None, ScheduleStats]:
+    """The checked split plan with the schedule that measures fastest (select/coschedule.py), checked
+    again if it has one (its kernels on fewer threads may round differently); the plan as it was if
+    that check fails."""
+    assert split.session is not None
+    plan, session, stats = coschedule(split.plan, split.session, ctx.kernels, compile_step, ctx.feeds,
+                                      ctx.settings.schedule, ctx.settings.selection.duel_rounds)
+    if plan.schedule is None:
+        return split, check, stats
+    scheduled_check = ctx.check(plan, session)
+    if scheduled_check is not None and not scheduled_check.ok:
+        log.warning("the scheduled split plan disagrees with onnxruntime (%s); it runs one step after another",
+                    scheduled_check.summary())
+        return split, check, replace(stats, kept=False, why=f"not kept: {scheduled_check.worst()}")
+    ctx.drop_kernels()          # the scheduled session holds the kernels it runs; the others' weights go
+    return replace(split, plan=plan, session=session, measured_s=ctx.time(session)), scheduled_check, stats
 
 
 def _accurate_split(ctx: _Context) -> _Found:
@@ -361,7 +427,8 @@ def _accurate_split(ctx: _Context) -> _Found:
             return _Found(split, rounds, solve_s, costs, _Checked(None, failure))
         check = ctx.check(split.plan, split.session)
         if check is None or check.ok:
-            return _Found(split, rounds, solve_s, costs, _Checked(check, None))
+            split, check, scheduled = _schedule(ctx, split, check)
+            return _Found(split, rounds, solve_s, costs, _Checked(check, None), scheduled)
         failure = f"the best split plan ({len(split.plan.steps)} kernels), {check.worst()}"
         log.warning("the best split plan (%d kernels) disagrees with onnxruntime (%s)", len(split.plan.steps),
                     check.summary())
@@ -659,14 +726,26 @@ def _replay(ctx: _Context, remembered: RememberedSelection, weights: str | None)
     else:
         selection = ctx.solve(ctx.costed(remembered.costs))
         plan, predicted = ctx.plan(selection)
+        plan, step_ms = _remembered_schedule(plan, remembered.schedule)
         kept, split, solve_s = SPLIT, _Timed(plan, None, predicted, None, selection), selection.seconds
     in_plan = len(remembered.costs) if kept == SPLIT else 0
+    scheduled = _replayed_schedule_stats(plan, step_ms if kept == SPLIT else ())
     if check is None:
-        return _result(ctx, plan, compile_plan(plan), selection, None, kept, why, split, 0, solve_s, (), in_plan,
-                       remembered=True)
+        result = _result(ctx, plan, compile_plan(plan), selection, None, kept, why, split, 0, solve_s, (), in_plan,
+                         remembered=True)
+        return replace(result, stats=replace(result.stats, schedule=scheduled))
     result = _result(ctx, plan, None, selection, remembered.measured_s, kept, why, split, 0, solve_s, (), in_plan,
                      check=check, remembered=True)
-    return replace(result, check_remembered=True)
+    return replace(result, stats=replace(result.stats, schedule=scheduled), check_remembered=True)
+
+
+def _replayed_schedule_stats(plan: Plan, step_ms: tuple[tuple[float, float | None], ...]) -> ScheduleStats | None:
+    """What a replayed plan's remembered schedule does (not measured again)."""
+    if plan.schedule is None:
+        return None
+    threads = plan.step_threads()
+    return ScheduleStats(True, "remembered from the run that chose the plan", len(plan.schedule.stages),
+                         plan.schedule.concurrent_steps, sum(1 for t in threads if t < plan.threads), step_ms=step_ms)
 
 
 def _remembered_check(remembered: RememberedSelection, weights: str | None) -> PlanCheck | None:

@@ -113,6 +113,7 @@ class OnnxRuntimeBackend(Backend):
     version = "onnxruntime-" + ort.__version__ + "-spinstop-alone-spins-shared-arena-placed"
     accepts_onnx = True
     shares_weights = True
+    runs_in_lanes = True      # a one-thread session computes on the calling thread, the GIL released
 
     def supports(self, graph: Graph) -> str | None:
         return None          # every primitive lowers to a standard ONNX op (ir/onnx_export.py)
