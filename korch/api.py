@@ -53,7 +53,8 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
              cache_dir: str | os.PathLike | None = None,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
-             progress: Callable[[int, int, str], None] | None = None, strict: bool = False) -> Plan | BucketedPlan:
+             progress: Callable[[int, int, str], None] | None = None, strict: bool = False,
+             sequential: bool = False) -> Plan | BucketedPlan:
     """Optimize `model` (an .onnx path, a ModelProto or a zoo name) for this machine at `threads`
     threads. Measurements go to the profile database under `cache_dir` (default: the user cache dir,
     ~/.cache/korch), so optimizing the same model again profiles nothing.
@@ -62,6 +63,8 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     run, or in an earlier one on the same weights: then it is returned without compiling it again); a
     plan that disagrees raises VerificationError instead. Its summary holds what the CLI prints.
     Nodes korch cannot fission run whole in onnxruntime; `strict=True` refuses such a model instead.
+    A split plan's independent kernels may run side by side on fewer threads each, if that measures
+    faster (plan.schedule); `sequential=True` runs them one after another on all threads.
 
     `input_shapes` fixes symbolic dims to one value each. `shapes` gives several ({"input_ids":
     [(1, 32), (1, 64)]}: bucket k takes each input's k-th shape, other inputs follow through the dims
@@ -71,13 +74,13 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     from korch.pipeline import optimize as run_pipeline
     from korch.pipeline import optimize_buckets
     from korch.profile.database import ProfileDB, default_cache_dir
-    from korch.settings import OptimizeSettings
+    from korch.settings import OptimizeSettings, ScheduleSettings
 
     if threads < 1:
         raise UsageError(f"threads must be >= 1, got {threads}")
     if shapes is not None and input_shapes is not None:
         raise UsageError("give shapes= (one plan per bucket) or input_shapes= (one plan), not both")
-    settings = OptimizeSettings(threads=threads, strict=strict,
+    settings = OptimizeSettings(threads=threads, strict=strict, schedule=ScheduleSettings(enabled=not sequential),
                                 backends=check_backends(backends) if backends is not None else default_backends())
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     with ProfileDB(directory / "profiles.sqlite") as db:

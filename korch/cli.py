@@ -95,18 +95,19 @@ class ProgressBar:
 
 def _settings(args: argparse.Namespace):
     from korch.api import check_backends, default_backends
-    from korch.settings import OptimizeSettings
+    from korch.settings import OptimizeSettings, ScheduleSettings
 
     if args.threads < 1:
         raise UsageError("--threads must be >= 1")
     strict = getattr(args, "strict", False)
+    schedule = ScheduleSettings(enabled=not getattr(args, "sequential", False))
     if args.backends is None:
-        return OptimizeSettings(threads=args.threads, backends=default_backends(), strict=strict)
+        return OptimizeSettings(threads=args.threads, backends=default_backends(), strict=strict, schedule=schedule)
     try:
         backends = check_backends(args.backends.split(","))
     except UsageError as e:
         raise UsageError(f"--{e}") from None
-    return OptimizeSettings(threads=args.threads, backends=backends, strict=strict)
+    return OptimizeSettings(threads=args.threads, backends=backends, strict=strict, schedule=schedule)
 
 
 def _open_db(args: argparse.Namespace):
@@ -372,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "follow through the symbolic dims they share (repeatable, one input each); the saved "
                         "plan dispatches on the feeds' shapes and runs any other shape on onnxruntime")
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    p.add_argument("--sequential", action="store_true",
+                   help="run a split plan's kernels one after another, each on all threads (by default they are "
+                        "co-scheduled: independent kernels side by side on fewer threads, if that measures faster)")
     orchestration_flags(p)
     p.set_defaults(run=cmd_optimize)
 

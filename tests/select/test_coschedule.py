@@ -330,3 +330,11 @@ def test_a_scheduled_session_and_its_lane_workers_go_when_it_is_dropped() -> Non
     del session
     gc.collect()
     assert gone() is None and threading.active_count() == before
+
+
+def test_sequential_turns_co_scheduling_off_on_the_command_line() -> None:
+    from korch.cli import _settings, build_parser
+
+    on = _settings(build_parser().parse_args(["optimize", "m.onnx", "-o", "p", "--threads", "2"]))
+    off = _settings(build_parser().parse_args(["optimize", "m.onnx", "-o", "p", "--threads", "2", "--sequential"]))
+    assert on.schedule.enabled and not off.schedule.enabled
