@@ -8,7 +8,9 @@ for each conv size, two independent 3x3 conv kernels (each its own session, as i
 - side by side: each on one thread, the first on the calling thread and the second on a lane
   worker (runtime/lanes.py), both held to their own CPUs.
 
-Both are timed interleaved (a pause and one untimed call per turn), medians with p10-p90.
+Both are timed interleaved (a pause and one untimed call per turn), medians with p10-p90. Then
+one conv alone on each thread count, back to back (`measure`), with the caller held to its CPU: how
+well the kernel itself scales.
 
     python benchmarks/lane_pair.py --threads 2 --rounds 15
 """
@@ -23,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from korch.backends.onnxruntime import make_session
 from korch.backends.placement import pinned, placement
-from korch.profile.timing import side_by_side
+from korch.profile.timing import measure, side_by_side
 from korch.runtime.lanes import LanePool
 
 SIZES = [(32, 20), (64, 40), (128, 40), (64, 80), (128, 80)]      # (channels, side)
@@ -48,7 +50,9 @@ def main() -> None:
     workers = where.workers if where is not None else ()
     caller = where.caller if where is not None else None
     pool = LanePool(2, workers)
-    print(f"{'conv':>14} {'sequential ms':>24} {'side by side ms':>24} {'ratio':>6}")
+    wide_label = f"one, {args.threads} threads us"
+    print(f"{'conv':>14} {'sequential ms':>24} {'side by side ms':>24} {'ratio':>6} {'one, 1 thread us':>17} "
+          f"{wide_label:>18}")
     for channels, side in SIZES:
         models = [conv_model(channels, side, seed) for seed in (1, 2)]
         wide = [make_session(m, args.threads, stop_spinning=True, worker_cpus=workers) for m in models]
@@ -69,8 +73,12 @@ def main() -> None:
         concurrent()
         t = side_by_side({"sequential": sequential, "concurrent": concurrent}, args.rounds, 1e-3)
         s, c = t["sequential"], t["concurrent"]
+        with pinned(caller):
+            one = measure(lambda: narrow[0].run(None, feeds[0])).median_s
+            all_ = measure(lambda: wide[0].run(None, feeds[0])).median_s
         print(f"{channels:>4}ch {side:>3}x{side:<3} {s.median_s * 1e3:8.3f} ({s.p10_s * 1e3:.3f}-{s.p90_s * 1e3:.3f})"
-              f" {c.median_s * 1e3:8.3f} ({c.p10_s * 1e3:.3f}-{c.p90_s * 1e3:.3f}) {s.median_s / c.median_s:6.2f}")
+              f" {c.median_s * 1e3:8.3f} ({c.p10_s * 1e3:.3f}-{c.p90_s * 1e3:.3f}) {s.median_s / c.median_s:6.2f}"
+              f" {one * 1e6:17.1f} {all_ * 1e6:18.1f}")
     pool.close()
 
 

@@ -103,7 +103,7 @@ class ScheduleSettings:
     step_runs: int = 7
     # A step that nothing could run beside still gets a narrow kernel if it takes less than this on all
     # threads: waking a parked pool costs ~10-20 us a call here, so small kernels ran faster on one
-    # thread than on two (a 32-channel 20x20 conv: 47 against 58 us; benchmarks/lane_pair.py).
+    # thread than on two (a 32-channel 20x20 conv: 47 against 53 us; benchmarks/lane_pair.py, BENCHMARKS.md).
     small_step_s: float = 2e-4
     # Ready steps tried as seeds of two lanes, pairwise: the first few in plan order (a stage rarely
     # has more independent branches; each pair costs a greedy growth over the remaining steps).

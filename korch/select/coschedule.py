@@ -1,8 +1,8 @@
 """Co-scheduling: which kernels of a chosen plan run side by side, and on how many threads each.
 
 A kernel tuned for the whole machine is not always best run on all of it: on this project's VM an
-onnxruntime 3x3 conv of 32 channels at 20x20 ran in 47 us on one thread and 58 us on two, one of 128
-channels at 40x40 1.9x faster on two (benchmarks/lane_pair.py). So after selection each step is
+onnxruntime 3x3 conv of 32 channels at 20x20 ran in 47 us on one thread and 53 us on two, one of 128
+channels at 40x40 1.86x faster on two (benchmarks/lane_pair.py, BENCHMARKS.md). So after selection each step is
 timed in the plan at the plan's threads ("wide") and, where its engine can run in a lane, at half of
 them ("narrow"), and a schedule is built from those costs (`build_schedule`, a list schedule over
 the step DAG in fork-join stages):

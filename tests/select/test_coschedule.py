@@ -338,3 +338,37 @@ def test_sequential_turns_co_scheduling_off_on_the_command_line() -> None:
     on = _settings(build_parser().parse_args(["optimize", "m.onnx", "-o", "p", "--threads", "2"]))
     off = _settings(build_parser().parse_args(["optimize", "m.onnx", "-o", "p", "--threads", "2", "--sequential"]))
     assert on.schedule.enabled and not off.schedule.enabled
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("name", ["yolox-mini", "segformer-mini", "efficientvit-mini", "bert-mini"])
+def test_mini_zoo_plans_give_the_same_outputs_scheduled_as_one_step_after_another(name: str) -> None:
+    """Each mini zoo model as one onnxruntime kernel per ONNX node (its primitives), at 2 threads,
+    scheduled from random costs (so its real branches become lanes): the same outputs, bit for bit, as
+    the same kernels one after another, on fresh random inputs."""
+    from korch import zoo
+    from korch.pipeline import run_fission
+    from korch.verify import random_feeds
+
+    graph = run_fission(zoo.to_model_proto(name)).graph
+    by_origin: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.nodes):
+        by_origin.setdefault(node.origin, []).append(i)
+    steps = []
+    for k, nodes in enumerate(by_origin.values()):
+        inputs, outputs = boundary(graph, tuple(nodes))
+        steps.append(Step("onnxruntime", tuple(nodes), inputs, outputs, f"k{k}", 1e-5))
+    from korch.plan import order_steps
+
+    plan = Plan(graph, order_steps(steps, graph.inputs), 2, machine_fingerprint(), __version__)
+    rng = random.Random(name)
+    n = len(plan.steps)
+    built = build_schedule(plan, StepCosts((1.0,) * n, tuple(rng.uniform(0.4, 0.9) for _ in range(n)), 0.05))
+    assert built is not None and built[0].concurrent_steps >= 2, name
+    scheduled = Plan(graph, plan.steps, 2, plan.machine, plan.korch_version, schedule=built[0])
+    kernels = kernels_for(scheduled)
+    one_by_one, side_by_side = Session(plan, kernels), Session(scheduled, kernels)
+    for seed in (1, 2):
+        feeds = random_feeds(graph, seed=seed + rng.randrange(1000))
+        for want, got in zip(one_by_one.run(None, feeds), side_by_side.run(None, feeds)):
+            np.testing.assert_array_equal(got, want)
