@@ -98,11 +98,17 @@ def format_diff(d: PlanDiff) -> str:
             lines.append(f"  ~ {_kernel(a, c.before)} -> {c.after.id} {c.after.label} "
                          f"{c.after.cost_s * 1e3:.4f} ms ({delta:+.4f} ms)")
     rows = [(label, a.plan.summary.get(key), b.plan.summary.get(key)) for key, label in SUMMARY_FIELDS]
+    rows.append(("side by side", _side_by_side(a), _side_by_side(b)))
     rows = [r for r in rows if r[1] is not None or r[2] is not None]
     if rows:
         lines.append("summary:")
         lines += [f"  {label:<16} {_value(x):>12} {_value(y):>12}" for label, x, y in rows]
     return "\n".join(lines)
+
+
+def _side_by_side(facts: PlanFacts) -> int:
+    """Kernels the plan's schedule runs beside another lane (0: one after another)."""
+    return facts.plan.schedule.concurrent_steps if facts.plan.schedule is not None else 0
 
 
 def _backends(facts: PlanFacts) -> str:

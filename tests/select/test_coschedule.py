@@ -303,6 +303,12 @@ def _explained_and_drawn(path) -> None:
     assert drawn is not None and drawn["lanes"] == 2 and len(drawn["slots"]) == len(facts.plan.steps)
     starts = {drawn["slots"][lane.steps[0]][2] for lane in stage}
     assert len(starts) == 1 and all(slot[3] > 0 for slot in drawn["slots"])
+    from korch.report.diff import diff_plans, format_diff
+
+    side = schedule.concurrent_steps
+    import re
+
+    assert re.search(rf"^  side by side +{side} +{side}$", format_diff(diff_plans(facts, facts)), re.M)
 
 
 def test_independent_steps_are_those_something_could_run_beside() -> None:
