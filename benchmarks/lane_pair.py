@@ -8,11 +8,14 @@ for each conv size, two independent 3x3 conv kernels (each its own session, as i
 - side by side: each on one thread, the first on the calling thread and the second on a lane
   worker (runtime/lanes.py), both held to their own CPUs.
 
+With `--engine openvino` the kernels are OpenVINO compiled models (korch's settings, one inference
+request each) instead: korch does not run OpenVINO in lanes yet, this measures whether it could.
+
 Both are timed interleaved (a pause and one untimed call per turn), medians with p10-p90. Then
 one conv alone on each thread count, back to back (`measure`), with the caller held to its CPU: how
 well the kernel itself scales.
 
-    python benchmarks/lane_pair.py --threads 2 --rounds 15
+    python benchmarks/lane_pair.py --threads 2 --rounds 15 [--engine openvino]
 """
 
 from __future__ import annotations
@@ -41,10 +44,30 @@ def conv_model(channels: int, side: int, seed: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
 
 
+class OpenVinoRun:
+    """An OpenVINO compiled model and its request, run like an onnxruntime session (korch's settings)."""
+
+    def __init__(self, model: onnx.ModelProto, threads: int) -> None:
+        import tempfile
+
+        import openvino as ov
+
+        from korch.backends.openvino.backend import DEVICE, compile_config
+
+        with tempfile.NamedTemporaryFile(suffix=".onnx") as f:
+            f.write(model.SerializeToString())
+            f.flush()
+            self.request = ov.Core().compile_model(f.name, DEVICE, compile_config(threads)).create_infer_request()
+
+    def run(self, _outputs: object, feeds: dict[str, np.ndarray]) -> None:
+        self.request.infer(list(feeds.values()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--engine", choices=("onnxruntime", "openvino"), default="onnxruntime")
     args = parser.parse_args()
     where = placement(args.threads)
     workers = where.workers if where is not None else ()
@@ -55,8 +78,12 @@ def main() -> None:
           f"{wide_label:>18}")
     for channels, side in SIZES:
         models = [conv_model(channels, side, seed) for seed in (1, 2)]
-        wide = [make_session(m, args.threads, stop_spinning=True, worker_cpus=workers) for m in models]
-        narrow = [make_session(m, 1, stop_spinning=True) for m in models]
+        if args.engine == "openvino":
+            wide = [OpenVinoRun(m, args.threads) for m in models]
+            narrow = [OpenVinoRun(m, 1) for m in models]
+        else:
+            wide = [make_session(m, args.threads, stop_spinning=True, worker_cpus=workers) for m in models]
+            narrow = [make_session(m, 1, stop_spinning=True) for m in models]
         feeds = [{"x": np.random.default_rng(s).standard_normal((1, channels, side, side)).astype(np.float32)}
                  for s in (3, 4)]
 

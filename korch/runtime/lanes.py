@@ -10,7 +10,8 @@ Kernels release the GIL while they compute (onnxruntime's run does), so lanes ru
 holds the GIL is the few dict operations between kernels.
 
 A lane that raises does not stop the others: the stage waits for every lane, then raises the first
-lane's error in lane order, so no worker is left running into the next `run`.
+lane's error in lane order, so no worker is left running into the next `run`. Callers on several
+threads take turns: a pool runs one stage at a time.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class LanePool:
     def __init__(self, lanes: int, cpus: Sequence[int | None] = ()) -> None:
         cpus = list(cpus) + [None] * (lanes - 1 - len(cpus))
         self._workers = [_Worker(cpus[k], f"korch-lane-{k + 1}") for k in range(lanes - 1)]
+        self._turn = threading.Lock()
         self._closer = weakref.finalize(self, _stop, self._workers)
 
     @property
@@ -91,14 +93,15 @@ class LanePool:
         if len(lanes) > self.lanes:
             raise ValueError(f"{len(lanes)} lanes given to a pool of {self.lanes}")
         started = self._workers[: len(lanes) - 1]
-        for worker, job in zip(started, lanes[1:]):
-            worker.start(job)
         first: BaseException | None = None
-        try:
-            lanes[0]()
-        except BaseException as e:  # noqa: BLE001  (raised once every lane is done)
-            first = e
-        errors = [w.wait() for w in started]
+        with self._turn:
+            for worker, job in zip(started, lanes[1:]):
+                worker.start(job)
+            try:
+                lanes[0]()
+            except BaseException as e:  # noqa: BLE001  (raised once every lane is done)
+                first = e
+            errors = [w.wait() for w in started]
         error = next((e for e in [first, *errors] if e is not None), None)
         del first, errors
         if error is not None:

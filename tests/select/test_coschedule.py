@@ -378,3 +378,34 @@ def test_mini_zoo_plans_give_the_same_outputs_scheduled_as_one_step_after_anothe
         feeds = random_feeds(graph, seed=seed + rng.randrange(1000))
         for want, got in zip(one_by_one.run(None, feeds), side_by_side.run(None, feeds)):
             np.testing.assert_array_equal(got, want)
+
+
+def test_callers_on_several_threads_take_turns_at_a_fork() -> None:
+    pool = LanePool(2)
+    inside = []
+    overlap = []
+
+    def lane(tag: str) -> None:
+        inside.append(tag)
+        if len(inside) > 2:
+            overlap.append(list(inside))
+        time_sleep(0.002)
+        inside.remove(tag)
+
+    def caller(n: int) -> None:
+        for _ in range(20):
+            pool.run([lambda: lane(f"{n}a"), lambda: lane(f"{n}b")])
+
+    callers = [threading.Thread(target=caller, args=(n,)) for n in range(3)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert not overlap                 # never more than one stage's two lanes at once
+    pool.close()
+
+
+def time_sleep(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
