@@ -126,3 +126,28 @@ def test_every_zoo_report_opens(browser, name: str, plan_dir: Path | None, tmp_p
     if len({plan.graph.nodes[i].origin for i in plan.steps[0].nodes}) > 12:      # long lists fold away
         assert page.locator("#details details").count() >= 1
     assert problems == []
+
+
+def test_a_scheduled_plan_is_drawn_as_lanes_over_time(browser, tmp_path: Path) -> None:
+    """Two branches run side by side, then their sum alone: the chart has a row per lane, the two
+    lanes' first kernels start together, and a kernel's details give its threads and lane."""
+    import random
+
+    from korch.plan import save_plan
+    from korch.plan.schedule import Lane, Schedule
+    from tests.select.test_coschedule import branchy_graph, per_node_plan
+
+    schedule = Schedule(((Lane((0, 1), 1), Lane((2, 3), 1)), (Lane((4,), 2),)))
+    plan = per_node_plan(branchy_graph(random.Random(1), 2, 2), 2, schedule)
+    out = tmp_path / "report.html"
+    assert main(["report", str(save_plan(plan, tmp_path / "plan")), "-o", str(out), "--cache", str(tmp_path)]) == 0
+    page, problems = open_page(browser, out)
+    assert "schedule" in page.locator("#chart h3").inner_text().lower()
+    bars = page.locator("#bars rect")
+    assert bars.count() == len(plan.steps)
+    first, second, alone = (bars.nth(k).bounding_box() for k in (0, 2, 4))
+    assert first["x"] == pytest.approx(second["x"]) and first["y"] < second["y"] and alone["x"] > first["x"]
+    bars.nth(2).click()
+    details = page.locator("#details").inner_text()
+    assert "1 of 2 thread(s)" in details and "lane 2" in details, details
+    assert problems == []
