@@ -211,54 +211,67 @@ def coschedule(plan: Plan, session: Session, kernels: Mapping[Step, Kernel],
     if not settings.enabled or narrow_threads(threads) < 1 or len(plan.steps) < 2:
         why = "off" if not settings.enabled else "one thread" if threads < 2 else "one kernel"
         return plan, session, ScheduleStats(False, f"not scheduled: {why}")
-    capable = lane_capable(plan)
-    if not any(capable):
+    if not any(lane_capable(plan)):
         return plan, session, ScheduleStats(False, "not scheduled: no kernel's engine runs in a lane")
-    narrow = narrow_threads(threads)
-    wide_s = step_medians(session, feeds, settings.step_runs)
-    # only steps a lane could help get a narrow kernel (each is one more compile and copy of its weights)
-    independent = independent_steps(plan)
-    capable = [ok and (independent[k] or wide_s[k] < settings.small_step_s) for k, ok in enumerate(capable)]
-    narrow_kernels = {st: compile_step(plan, st, narrow) for st, ok in zip(plan.steps, capable) if ok}
-    all_narrow = replace(plan, schedule=Schedule(tuple(
-        (Lane((k,), narrow if ok else threads),) for k, ok in enumerate(capable))))
-    narrow_session = Session(all_narrow, [narrow_kernels.get(st) or kernels[st] for st in plan.steps])
-    narrow_all = step_medians(narrow_session, feeds, settings.step_runs)
-    del narrow_session
-    where = placement(threads)
-    pool = LanePool(2, where.workers if where is not None else ())
-    with pinned(where.caller if where is not None else None):       # as a plan's caller runs
-        fork_s = fork_cost(pool)
-    pool.close()
-    costs = StepCosts(tuple(wide_s), tuple(t if ok else None for t, ok in zip(narrow_all, capable)), fork_s)
+    costs, narrow_kernels = step_costs(plan, session, kernels, compile_step, feeds, settings)
+    measured = ScheduleStats(False, "no schedule beats running the steps one after another on all threads, by "
+                                    "their in-plan times", fork_us=costs.fork_s * 1e6,
+                             predicted_sequential_ms=sum(costs.wide_s) * 1e3,
+                             step_ms=tuple((w * 1e3, None if n is None else n * 1e3)
+                                           for w, n in zip(costs.wide_s, costs.narrow_s)))
     built = build_schedule(plan, costs, settings.ready_pairs)
-    base = dict(fork_us=fork_s * 1e6, predicted_sequential_ms=sum(wide_s) * 1e3,
-                step_ms=tuple((w * 1e3, None if nw is None else nw * 1e3) for w, nw in zip(costs.wide_s, costs.narrow_s)))
     if built is None:
-        return plan, session, ScheduleStats(False, "no schedule beats running the steps one after another on all "
-                                                   "threads, by their in-plan times", **base)
+        return plan, session, measured
     schedule, predicted = built
     scheduled_plan = replace(plan, schedule=schedule)
     step_threads = scheduled_plan.step_threads()
     scheduled = Session(scheduled_plan, [narrow_kernels[st] if t < threads else kernels[st]
                                          for st, t in zip(plan.steps, step_threads)])
-    del narrow_kernels
-    one = sum(wide_s)
+    del narrow_kernels                    # (those the schedule does not run go with this frame)
     t = side_by_side({"sequential": lambda: session.run(None, feeds),
-                      "scheduled": lambda: scheduled.run(None, feeds)}, duel_rounds, one, warmup=1)
+                      "scheduled": lambda: scheduled.run(None, feeds)}, duel_rounds, sum(costs.wide_s), warmup=1)
     seq, sch = t["sequential"], t["scheduled"]
     kept = sch.median_s <= settings.margin * seq.median_s
-    measured = (f"scheduled {sch.median_s * 1e3:.3f} ms against {seq.median_s * 1e3:.3f} ms one step after "
-                f"another, side by side")
-    why = (f"{schedule.concurrent_steps} kernel(s) side by side, "
-           f"{sum(1 for x in step_threads if x < threads)} on {narrow} thread(s): {measured}")
-    stats = ScheduleStats(
-        kept, why if kept else f"not kept ({100 * (1 - settings.margin):.0f}% faster needed): {measured}",
-        len(schedule.stages), schedule.concurrent_steps, sum(1 for x in step_threads if x < threads),
-        predicted_ms=predicted * 1e3, sequential_ms=seq.median_s * 1e3, sequential_p10_ms=seq.p10_s * 1e3,
-        sequential_p90_ms=seq.p90_s * 1e3, scheduled_ms=sch.median_s * 1e3, scheduled_p10_ms=sch.p10_s * 1e3,
-        scheduled_p90_ms=sch.p90_s * 1e3, **base)
+    narrow = sum(1 for x in step_threads if x < threads)
+    said = f"scheduled {_ms(sch.median_s)} against {_ms(seq.median_s)} one step after another, side by side"
+    why = (f"{schedule.concurrent_steps} kernel(s) side by side, {narrow} on {narrow_threads(threads)} thread(s): "
+           f"{said}" if kept else f"not kept ({100 * (1 - settings.margin):.0f}% faster needed): {said}")
+    stats = replace(
+        measured, kept=kept, why=why, stages=len(schedule.stages), concurrent_steps=schedule.concurrent_steps,
+        narrow_steps=narrow, predicted_ms=predicted * 1e3, sequential_ms=seq.median_s * 1e3,
+        sequential_p10_ms=seq.p10_s * 1e3, sequential_p90_ms=seq.p90_s * 1e3, scheduled_ms=sch.median_s * 1e3,
+        scheduled_p10_ms=sch.p10_s * 1e3, scheduled_p90_ms=sch.p90_s * 1e3)
     log.info("schedule: %s", stats.why)
     if kept:
         return scheduled_plan, scheduled, stats
     return plan, session, stats
+
+
+def step_costs(plan: Plan, session: Session, kernels: Mapping[Step, Kernel],
+               compile_step: Callable[[Plan, Step, int], Kernel], feeds: Mapping[str, np.ndarray],
+               settings: ScheduleSettings) -> tuple[StepCosts, dict[Step, Kernel]]:
+    """Each step's in-plan time on all threads and, where a lane could help it (its engine runs in
+    lanes, and another step could run beside it or it is small), on a lane's threads; the fork cost;
+    and the narrow kernels compiled for that (each is one more compile and copy of its weights)."""
+    threads, narrow = plan.threads, narrow_threads(plan.threads)
+    wide_s = step_medians(session, feeds, settings.step_runs)
+    independent = independent_steps(plan)
+    helped = [ok and (independent[k] or wide_s[k] < settings.small_step_s) for k, ok in enumerate(lane_capable(plan))]
+    narrow_kernels = {st: compile_step(plan, st, narrow) for st, ok in zip(plan.steps, helped) if ok}
+    narrow_s: list[float | None] = [None] * len(plan.steps)
+    if narrow_kernels:
+        all_narrow = replace(plan, schedule=Schedule(tuple(
+            (Lane((k,), narrow if ok else threads),) for k, ok in enumerate(helped))))
+        timed = step_medians(Session(all_narrow, [narrow_kernels.get(st) or kernels[st] for st in plan.steps]),
+                             feeds, settings.step_runs)
+        narrow_s = [t if ok else None for t, ok in zip(timed, helped)]
+    where = placement(threads)
+    pool = LanePool(2, where.workers if where is not None else ())
+    with pinned(where.caller if where is not None else None):       # as a plan's caller runs
+        fork_s = fork_cost(pool)
+    pool.close()
+    return StepCosts(tuple(wide_s), tuple(narrow_s), fork_s), narrow_kernels
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"

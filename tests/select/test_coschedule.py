@@ -409,3 +409,24 @@ def time_sleep(seconds: float) -> None:
     import time
 
     time.sleep(seconds)
+
+
+@needs_two_cpus
+def test_a_schedule_that_does_not_measure_faster_is_not_kept() -> None:
+    """margin 0: no schedule can be fast enough, so the plan comes back as it was, with the sequential
+    session, and the stats say what was measured and why it was not kept."""
+    from korch.runtime.session import compile_step
+    from korch.select.coschedule import coschedule
+    from korch.settings import ScheduleSettings
+
+    plan = per_node_plan(branchy_graph(random.Random(14), 2, 3), 2)
+    kernels = kernels_for(plan)
+    session = Session(plan, kernels)
+    feeds = {"x": np.random.default_rng(15).standard_normal((4, WIDTH)).astype(np.float32)}
+    kept_plan, kept_session, stats = coschedule(plan, session, dict(zip(plan.steps, kernels)), compile_step, feeds,
+                                                ScheduleSettings(step_runs=2, margin=0.0), duel_rounds=2)
+    assert kept_plan is plan and kept_session is session and not stats.kept
+    assert len(stats.step_ms) == len(plan.steps) and all(n is not None for _, n in stats.step_ms)
+    assert stats.fork_us > 0
+    if stats.sequential_ms is not None:              # a schedule was built and timed
+        assert stats.why.startswith("not kept") and stats.scheduled_ms is not None
