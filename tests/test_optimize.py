@@ -203,6 +203,37 @@ def test_saved_plan_stores_each_weight_once(db: ProfileDB, tmp_path: Path) -> No
         assert max(d.rel for d in diff_outputs({name: got}, {name: want[name]})) < 1e-5
 
 
+def test_a_weight_fission_transposed_is_mapped_from_the_model_weights(tmp_path: Path) -> None:
+    """A Gemm's weight with transB (the primitive graph holds it transposed) and its bias (held as it
+    is) are mapped from original.weights, not stored again; after loading, a kernel compiled from
+    primitives reads the transposed weight from there and matches onnxruntime on fresh inputs."""
+    rng = np.random.default_rng()
+    w = onnx.numpy_helper.from_array(rng.standard_normal((48, 64)).astype(np.float32), "w")
+    b = onnx.numpy_helper.from_array(rng.standard_normal(48).astype(np.float32), "b")
+    nodes = [onnx.helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1, name="fc"),
+             onnx.helper.make_node("Relu", ["g"], ["y"], name="act")]
+    graph_proto = onnx.helper.make_graph(nodes, "gemm", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 64])],
+                                         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 48])], [w, b])
+    model = onnx.helper.make_model(graph_proto, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=9)
+    fissioned = run_fission(model)
+    graph = fissioned.graph
+    transposed = [n for n, a in graph.constants.items() if a.shape == (64, 48)]
+    assert transposed, "fission holds the weight transposed"
+    whole = Step("onnxruntime", tuple(range(len(graph.nodes))), graph.inputs, graph.outputs, "all-primitives", 0.0, ())
+    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))       # (the plan keeps the model)
+    target = save_plan(Plan(graph, (whole,), 1, machine_fingerprint(), __version__, source, {}), tmp_path / "plan")
+    mapped = json.loads((target / "constants.json").read_text())["mapped"]
+    assert mapped[transposed[0]][3:] == [[48, 64], [1, 0]]
+    with np.load(target / "constants.npz") as stored:
+        assert all(stored[k].nbytes < EXTERNAL_MIN_BYTES for k in stored.files)
+    loaded = runtime.load(target)
+    np.testing.assert_array_equal(loaded.plan.graph.constants[transposed[0]], graph.constants[transposed[0]])
+    assert loaded.plan.graph.constants[transposed[0]].flags.c_contiguous
+    feeds = random_feeds(graph, seed=12)
+    (got,) = loaded.run(None, feeds)
+    assert max(d.rel for d in diff_outputs({"y": got}, run_onnxruntime(model, feeds))) < 1e-5
+
+
 @pytest.mark.parametrize("damage", ["weights", "steps", "kernel", "constants", "manifest"])
 def test_a_changed_or_missing_plan_file_is_refused_by_name(db: ProfileDB, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str], damage: str) -> None:

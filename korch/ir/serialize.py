@@ -60,12 +60,15 @@ class ConstantsError(KorchError):
 
 @dataclass(frozen=True)
 class Mapped:
-    """Where a constant's bytes are in another file of the graph's directory (C order, no header)."""
+    """Where a constant's bytes are in another file of the graph's directory (C order, no header):
+    an array of `shape` there is the constant, or, with `perm`, the constant is that array with its
+    axes permuted (a weight fission transposed: the file holds it as the model had it)."""
 
     file: str
     offset: int
     dtype: str
     shape: tuple[int, ...]
+    perm: tuple[int, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -80,7 +83,8 @@ class LazyConstants(Mapping[str, np.ndarray]):
     An array read is shared while someone holds it and freed after: a kernel compiled from
     primitives keeps its own copy of its weights (onnxruntime's session, Inductor's frozen
     parameters), so a cache holding every array read would double them for the session's life. A
-    mapped array costs no copy: its pages are the file's, shared with every engine that maps it."""
+    mapped array costs no copy: its pages are the file's, shared with every engine that maps it (one
+    whose axes the file holds permuted is copied when read)."""
 
     def __init__(self, path: Path, names: Sequence[str], mapped: Mapping[str, Mapped] | None = None) -> None:
         self._path = path
@@ -122,7 +126,9 @@ class LazyConstants(Mapping[str, np.ndarray]):
             raise ConstantsError(f"{path}: constant {name!r} lies outside the file (offset {where.offset}, "
                                  f"{where.nbytes} bytes, file size {len(buffer)})")
         count = where.nbytes // np.dtype(where.dtype).itemsize
-        return np.frombuffer(buffer, np.dtype(where.dtype), count, where.offset).reshape(where.shape)
+        array = np.frombuffer(buffer, np.dtype(where.dtype), count, where.offset).reshape(where.shape)
+        # a permuted constant is copied once read (C order, as every constant), and freed with its last user
+        return np.ascontiguousarray(array.transpose(where.perm)) if where.perm else array
 
     def __iter__(self) -> Iterator[str]:
         yield from self._members
@@ -160,7 +166,8 @@ def save_graph(graph: Graph, directory: Path, mapped: Mapping[str, Mapped] | Non
     names = [n for n in graph.constants if n not in mapped]
     np.savez(directory / "constants.npz", **{f"c{k}": graph.constants[n] for k, n in enumerate(names)})
     (directory / "constants.json").write_text(json.dumps(
-        {"stored": names, "mapped": {n: [m.file, m.offset, m.dtype, list(m.shape)] for n, m in mapped.items()}}))
+        {"stored": names, "mapped": {n: [m.file, m.offset, m.dtype, list(m.shape), list(m.perm)]
+                                     for n, m in mapped.items()}}))
 
 
 def load_graph(directory: Path) -> Graph:
@@ -169,6 +176,16 @@ def load_graph(directory: Path) -> Graph:
     index = json.loads((directory / "constants.json").read_text())
     if isinstance(index, list):                    # written before constants could be mapped
         index = {"stored": index, "mapped": {}}
-    mapped = {n: Mapped(str(f), int(o), str(d), tuple(int(x) for x in shape))
-              for n, (f, o, d, shape) in index["mapped"].items()}
+    mapped = {n: _mapped(entry) for n, entry in index["mapped"].items()}
     return graph_from_json(data, LazyConstants(directory / "constants.npz", index["stored"], mapped))
+
+
+def _mapped(entry: Sequence[Any]) -> Mapped:
+    """A constants.json "mapped" entry: [file, offset, dtype, shape, perm] (no perm: written before
+    permuted constants were mapped)."""
+    file, offset, dtype, shape, *rest = entry
+    shape = tuple(int(x) for x in shape)
+    perm = tuple(int(x) for x in rest[0]) if rest else ()
+    if perm and sorted(perm) != list(range(len(shape))):
+        raise ValueError(f"axes {list(perm)} are not a permutation of a {len(shape)}-d array's")
+    return Mapped(str(file), int(offset), str(dtype), shape, perm)

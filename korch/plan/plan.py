@@ -267,7 +267,7 @@ class WeightsFile:
 
     path: Path
     name: str
-    index: Mapping[str, tuple[int, int, str]]       # initializer name -> (offset, bytes, dtype)
+    index: Mapping[str, tuple[int, int, str, tuple[int, ...]]]   # initializer -> (offset, bytes, dtype, dims)
 
     @staticmethod
     def of(saved: OnnxSource, directory: Path, name: str = WEIGHTS_FILE) -> WeightsFile:
@@ -282,15 +282,18 @@ class WeightsFile:
                 continue
             location, offset, length = _external_info(tensor)
             if location == WEIGHTS_FILE:
-                index[tensor.name] = (offset, length, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).str)
+                index[tensor.name] = (offset, length, np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).str,
+                                      tuple(tensor.dims))
         return WeightsFile(directory / WEIGHTS_FILE, name, index)
 
 
 def _constants_in(graph: Graph, weights: WeightsFile, names: Mapping[str, str],
                   skip: Iterable[str] = ()) -> dict[str, Mapped]:
-    """The graph's constants whose bytes `weights` already holds: an initializer fission kept as it
-    was (a conv's or a matmul's weight), found by `names` (initializer -> constant) and compared byte
-    for byte with what was written. Each is stored once (candy's plan held its 37 MB of weights twice)."""
+    """The graph's constants whose bytes `weights` already holds, so each is stored once (candy's plan
+    held its 37 MB of weights twice): an initializer fission kept as it was (a conv's or a matmul's
+    weight), found by `names` (initializer -> constant); else, by content, one it reshaped (a bias
+    made (C, 1, 1)) or transposed (a Gemm's weight: efficientvit-b1's plan held 16 MB of those
+    twice). Every match is compared byte for byte with what was written."""
     mapped: dict[str, Mapped] = {}
     skip = set(skip)
     with open(weights.path, "rb") as f:
@@ -298,18 +301,67 @@ def _constants_in(graph: Graph, weights: WeightsFile, names: Mapping[str, str],
             return mapped
         written = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     with written:
-        for initializer, (offset, length, dtype) in weights.index.items():
-            name = names.get(initializer)
-            if name not in graph.constants or name in skip:
-                continue
-            array = graph.constants[name]
-            if array.dtype != np.dtype(dtype) or array.nbytes != length or offset + length > len(written):
-                continue
-            stored = np.frombuffer(written, np.uint8, length, offset)          # bit for bit (-0.0, NaN)
-            if np.array_equal(stored, np.ascontiguousarray(array).reshape(-1).view(np.uint8)):
-                mapped[name] = Mapped(weights.name, offset, dtype, tuple(array.shape))
-            del stored                         # (no view may outlive the mapping)
+        mapped.update(_by_name(graph, weights, names, skip, written))
+        mapped.update(_by_content(graph, weights, skip | set(mapped), written))
     return mapped
+
+
+def _by_name(graph: Graph, weights: WeightsFile, names: Mapping[str, str], skip: set[str],
+             written: mmap.mmap) -> dict[str, Mapped]:
+    mapped: dict[str, Mapped] = {}
+    for initializer, (offset, length, dtype, _) in weights.index.items():
+        name = names.get(initializer)
+        if name not in graph.constants or name in skip:
+            continue
+        array = graph.constants[name]
+        if array.dtype != np.dtype(dtype) or array.nbytes != length or offset + length > len(written):
+            continue
+        stored = np.frombuffer(written, np.uint8, length, offset)          # bit for bit (-0.0, NaN)
+        if np.array_equal(stored, np.ascontiguousarray(array).reshape(-1).view(np.uint8)):
+            mapped[name] = Mapped(weights.name, offset, dtype, tuple(array.shape))
+        del stored                         # (no view may outlive the mapping)
+    return mapped
+
+
+def _by_content(graph: Graph, weights: WeightsFile, skip: set[str], written: mmap.mmap) -> dict[str, Mapped]:
+    """Constants of at least EXTERNAL_MIN_BYTES whose bytes an initializer of the same size holds as
+    they are, or, for a matrix, transposed."""
+    candidates: dict[tuple[str, int], list[tuple[int, tuple[int, ...]]]] = {}
+    for offset, length, dtype, dims in weights.index.values():
+        if offset + length <= len(written):
+            candidates.setdefault((dtype, length), []).append((offset, dims))
+    mapped: dict[str, Mapped] = {}
+    for name, array in graph.constants.items():
+        if name in skip or array.nbytes < EXTERNAL_MIN_BYTES:
+            continue
+        for offset, dims in candidates.get((array.dtype.str, array.nbytes), ()):
+            layout = _held_as(written, offset, dims, array)
+            if layout is not None:
+                mapped[name] = Mapped(weights.name, offset, array.dtype.str, *layout)
+                break
+    return mapped
+
+
+def _held_as(written: mmap.mmap, offset: int, dims: tuple[int, ...],
+             array: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """How the bytes at `offset` (an initializer of `dims`) hold `array`, bit for bit: (its shape, ())
+    as they are, ((cols, rows), (1, 0)) transposed, else None."""
+    want = np.ascontiguousarray(array)
+    stored = np.frombuffer(written, array.dtype, array.size, offset)
+    held = None
+    try:
+        if np.array_equal(stored.view(np.uint8), want.reshape(-1).view(np.uint8)):
+            return tuple(array.shape), ()
+        if array.ndim != 2 or tuple(dims) != array.shape[::-1]:
+            return None
+        held = stored.reshape(dims)
+        if not np.array_equal(np.ascontiguousarray(held[:, 0]).view(np.uint8), want[0].view(np.uint8)):
+            return None                   # (the first row settles most non-matches without a copy)
+        if np.array_equal(np.ascontiguousarray(held.T).reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8)):
+            return tuple(dims), (1, 0)
+        return None
+    finally:
+        del stored, held                  # (no view may outlive the mapping)
 
 
 def _write_manifest(directory: Path, skip_dirs: tuple[str, ...] = ()) -> None:
