@@ -23,8 +23,13 @@ def _ops(facts: PlanFacts, nodes: tuple[int, ...], limit: int = 6) -> str:
 
 
 def kernel_line(facts: PlanFacts, kernel: Kernel) -> str:
+    where = ""
+    if facts.plan.schedule is not None:           # its threads, and its lane where it runs beside others
+        slot = facts.slots[kernel.index]
+        lanes = len(facts.plan.schedule.stages[slot.stage])
+        where = f" [{slot.threads}t" + (f", lane {slot.lane + 1}/{lanes}]" if lanes > 1 else "]")
     return (f"{kernel.id:<5} {kernel.label:<12} {_ms(kernel.cost_s):>12}  {len(kernel.nodes):>3} primitives: "
-            f"{_ops(facts, kernel.nodes)}")
+            f"{_ops(facts, kernel.nodes)}{where}")
 
 
 def _rival_lines(facts: PlanFacts, rivals: list[Rival], limit: int) -> list[str]:

@@ -299,6 +299,7 @@ def _explained_and_drawn(path) -> None:
     text = explain(facts, None) + "\n" + "\n".join(thread_lines(facts, facts.kernels[k]))
     assert "schedule: " in text and "threads: 1 of 2, lane 2 of 2" in text, text
     assert "on 2 threads" in text and "on 1:" in text, text
+    assert f"{facts.kernels[k].id} " in text and "[1t, lane 2/2]" in text, text      # the overview's kernel list
     drawn = _schedule(facts)
     assert drawn is not None and drawn["lanes"] == 2 and len(drawn["slots"]) == len(facts.plan.steps)
     starts = {drawn["slots"][lane.steps[0]][2] for lane in stage}
