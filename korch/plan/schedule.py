@@ -53,6 +53,11 @@ class Schedule:
                     threads[k] = lane.threads
         return tuple(threads)
 
+    def renumbered(self, steps: Sequence[int]) -> Schedule:
+        """The same schedule with step k called steps[k] (raises IndexError for a step out of range)."""
+        return Schedule(tuple(tuple(Lane(tuple(steps[k] for k in lane.steps), lane.threads) for lane in stage)
+                              for stage in self.stages))
+
     def to_json(self) -> list[list[dict[str, object]]]:
         return [[{"steps": list(lane.steps), "threads": lane.threads} for lane in stage] for stage in self.stages]
 
@@ -65,6 +70,11 @@ class Schedule:
         except (TypeError, KeyError, ValueError) as e:
             raise ScheduleError(f"not a schedule ({type(e).__name__}: {e})") from None
         return Schedule(stages)
+
+
+def narrow_threads(threads: int) -> int:
+    """A lane's threads when two run side by side (0: too few threads for two lanes)."""
+    return threads // 2
 
 
 def sequential(steps: int, threads: int) -> Schedule:

@@ -179,9 +179,9 @@ class RememberedSelection(NamedTuple):
     reason: str | None = None
     costs: Mapping[str, float] = MappingProxyType({})
     checked: Mapping[str, Any] | None = None
-    # The kept split plan's schedule (plan/schedule.py), each step named by its engine and primitives
-    # ("onnxruntime|3,4,5"): [[{"steps": [name, ...], "threads": t}, ...], ...]. None: one step after
-    # another.
+    # The kept split plan's schedule (select/measured.py _schedule_by_step): {"steps": each step named
+    # by its engine and primitives ("onnxruntime|3,4,5"), in plan order; "stages": Schedule.to_json()
+    # over those steps; "step_ms": each step's wide and narrow in-plan ms}. None: one step after another.
     schedule: Any = None
 
 

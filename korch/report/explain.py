@@ -6,6 +6,7 @@ import difflib
 from collections import Counter
 
 from korch.errors import UsageError
+from korch.plan.schedule import narrow_threads
 from korch.report.alternatives import Outcome, ProfileIndex, Rival
 from korch.report.facts import Kernel, PlanFacts
 
@@ -106,12 +107,11 @@ def thread_lines(facts: PlanFacts, kernel: Kernel) -> list[str]:
              if beside else f"alone in stage {slot.stage + 1}")
     lines = [f"  threads: {slot.threads} of {plan.threads}, {where}"]
     if slot.wide_s is not None:
-        narrow = f", on {plan.threads // 2}: {_ms(slot.narrow_s)}" if slot.narrow_s is not None else \
+        narrow = f", on {narrow_threads(plan.threads)}: {_ms(slot.narrow_s)}" if slot.narrow_s is not None else \
             " (its engine runs in no lane)"
         lines.append(f"  in the plan, timed one step at a time: on {plan.threads} threads {_ms(slot.wide_s)}{narrow}")
-    if _schedule_why(facts):
-        lines.append(f"  schedule: {_schedule_why(facts)}")
-    return lines
+    why = _schedule_why(facts)
+    return lines + ([f"  schedule: {why}"] if why else [])
 
 
 def _schedule_why(facts: PlanFacts) -> str:
@@ -128,8 +128,9 @@ def plan_verdict(facts: PlanFacts) -> list[str]:
                      f"(predicted {facts.total_s * 1e3:.4f} ms, the sum of its kernels' profiles)")
     if summary.get("why"):
         lines.append(f"why: {summary['why']}")
-    if _schedule_why(facts):
-        lines.append(f"schedule: {_schedule_why(facts)}")
+    why = _schedule_why(facts)
+    if why:
+        lines.append(f"schedule: {why}")
     gap = summary.get("gap")
     if gap:
         lines.append(f"the solver stopped at a relative gap of {gap:.1%} (not proven optimal)")

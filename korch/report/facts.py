@@ -14,6 +14,7 @@ from pathlib import Path
 from korch.ir.graph import Graph, Node
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step, load_plan
+from korch.plan.schedule import sequential
 
 # When a kernel mixes primitive classes, its time is attributed to the costliest class it holds.
 # Opaque ONNX nodes (an LSTM, a NonMaxSuppression) may cost anything: after linear, before the rest.
@@ -135,14 +136,14 @@ def timeline(plan: Plan) -> tuple[Slot, ...]:
         own = narrow if threads[k] < plan.threads else wide
         return own if own is not None else plan.steps[k].cost_s
 
-    stages = plan.schedule.stages if plan.schedule is not None else tuple(((k,),) for k in range(len(plan.steps)))
+    stages = (plan.schedule or sequential(len(plan.steps), plan.threads)).stages
     slots: list[Slot | None] = [None] * len(plan.steps)
     t = 0.0
     for s, stage in enumerate(stages):
         end = t
         for j, lane in enumerate(stage):
             start = t
-            for k in getattr(lane, "steps", lane):
+            for k in lane.steps:
                 slots[k] = Slot(s, j, start, seconds(k), threads[k], *times[k])
                 start += seconds(k)
             end = max(end, start)

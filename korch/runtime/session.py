@@ -28,7 +28,7 @@ from korch.errors import ExitCode, KorchError, UsageError
 from korch.ir.types import TensorType
 from korch.plan import Plan, Step, load_plan
 from korch.plan.plan import step_onnx_nodes
-from korch.plan.schedule import Lane
+from korch.plan.schedule import sequential
 from korch.runtime.lanes import LanePool
 
 log = logging.getLogger("korch.runtime")
@@ -123,8 +123,7 @@ def _program(plan: Plan, ops: Sequence[_Op]) -> tuple[_Op | _Fork, ...]:
     """The dispatch program: an op per step that runs alone (each step of a one-lane stage), a _Fork per
     stage of several lanes. Each unit frees the values it is the last to read, and those it makes
     that nothing later reads, except the graph's outputs."""
-    stages = plan.schedule.stages if plan.schedule is not None else \
-        [(Lane((k,), plan.threads),) for k in range(len(ops))]
+    stages = (plan.schedule or sequential(len(ops), plan.threads)).stages
     units: list[tuple[tuple[int, ...], ...]] = []          # per unit, its lanes' step indices
     for stage in stages:
         if len(stage) == 1:

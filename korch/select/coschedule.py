@@ -32,7 +32,7 @@ import numpy as np
 from korch.backends import Kernel, get_backend
 from korch.backends.placement import pinned, placement
 from korch.plan import Plan, Step
-from korch.plan.schedule import Lane, Schedule
+from korch.plan.schedule import Lane, Schedule, narrow_threads
 from korch.profile.timing import side_by_side
 from korch.runtime import Session
 from korch.runtime.lanes import LanePool
@@ -72,11 +72,6 @@ class ScheduleStats:
     # Per plan step, its in-plan time on all threads and on a lane's (None: its engine runs in no lane),
     # in ms: what the schedule was built from, and what `korch explain` and the report show.
     step_ms: tuple[tuple[float, float | None], ...] = ()
-
-
-def narrow_threads(threads: int) -> int:
-    """A lane's threads when two run side by side."""
-    return threads // 2
 
 
 def build_schedule(plan: Plan, costs: StepCosts, ready_pairs: int = 4) -> tuple[Schedule, float] | None:

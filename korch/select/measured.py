@@ -55,7 +55,7 @@ from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
 from korch.plan.plan import step_onnx_nodes
-from korch.plan.schedule import Lane, Schedule, ScheduleError
+from korch.plan.schedule import Schedule, ScheduleError
 from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.timing import measure, side_by_side
@@ -347,8 +347,7 @@ def _schedule_by_step(plan: Plan, stats: ScheduleStats | None) -> dict[str, obje
     if plan.schedule is None:
         return None
     return {"steps": [_step_name(st) for st in plan.steps],
-            "stages": [[{"steps": list(lane.steps), "threads": lane.threads} for lane in stage]
-                       for stage in plan.schedule.stages],
+            "stages": plan.schedule.to_json(),
             "step_ms": [list(ms) for ms in stats.step_ms] if stats is not None else []}
 
 
@@ -360,8 +359,7 @@ def _remembered_schedule(plan: Plan, remembered: object) -> tuple[Plan, tuple[tu
     index = {_step_name(st): k for k, st in enumerate(plan.steps)}
     try:
         order = [index[str(name)] for name in remembered["steps"]]  # type: ignore[index]
-        schedule = Schedule(tuple(tuple(Lane(tuple(order[int(k)] for k in lane["steps"]), int(lane["threads"]))
-                                        for lane in stage) for stage in remembered["stages"]))  # type: ignore[index]
+        schedule = Schedule.from_json(remembered["stages"]).renumbered(order)  # type: ignore[index]
         plan.check_schedule(schedule)
         step_ms = [(0.0, None)] * len(plan.steps)
         for k, (wide, narrow) in zip(order, remembered.get("step_ms") or []):  # type: ignore[union-attr]
@@ -722,14 +720,14 @@ def _replay(ctx: _Context, remembered: RememberedSelection, weights: str | None)
     backend = remembered.whole_model_backend
     if backend is not None and backend in ctx.whole:
         plan, selection = ctx.whole_model(backend)
-        kept, split, solve_s = backend, None, 0.0
+        kept, split, solve_s, step_ms = backend, None, 0.0, ()
     else:
         selection = ctx.solve(ctx.costed(remembered.costs))
         plan, predicted = ctx.plan(selection)
         plan, step_ms = _remembered_schedule(plan, remembered.schedule)
         kept, split, solve_s = SPLIT, _Timed(plan, None, predicted, None, selection), selection.seconds
     in_plan = len(remembered.costs) if kept == SPLIT else 0
-    scheduled = _replayed_schedule_stats(plan, step_ms if kept == SPLIT else ())
+    scheduled = _replayed_schedule_stats(plan, step_ms)
     if check is None:
         result = _result(ctx, plan, compile_plan(plan), selection, None, kept, why, split, 0, solve_s, (), in_plan,
                          remembered=True)
