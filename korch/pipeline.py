@@ -23,6 +23,7 @@ from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
 from korch.plan.buckets import Bucket, BucketedPlan, declared
+from korch.plan.store import keep_kernels
 from korch.profile.boundaries import boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile
@@ -283,8 +284,9 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)
     if not check.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {check.summary()}")
-    session = selected.session if selected.session is not None or not compile_session else compile_plan(selected.plan)
-    return replace(selected.plan, summary=stats.summary()), session, stats
+    plan = keep_kernels(selected.plan, selected.session, db.path.parent, weights)
+    session = selected.session if selected.session is not None or not compile_session else compile_plan(plan)
+    return replace(plan, summary=stats.summary()), session, stats
 
 
 def optimize_buckets(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, settings: OptimizeSettings,

@@ -271,6 +271,62 @@ def test_a_changed_or_missing_plan_file_is_refused_by_name(db: ProfileDB, tmp_pa
     assert expected in err and "Traceback" not in err
 
 
+# Loads a plan and runs it where no C++ compiler can be found and Inductor's own cache is empty,
+# then shows that Inductor itself finds no compiler there.
+_NO_COMPILER = """
+import sys, numpy as np, korch
+feeds = dict(np.load(sys.argv[2]))
+outputs = korch.load(sys.argv[1]).run(None, feeds)
+np.savez(sys.argv[3], *outputs)
+from torch._inductor.cpp_builder import get_cpp_compiler
+try:
+    print(get_cpp_compiler())
+except Exception as e:
+    print(type(e).__name__)
+"""
+
+
+def test_a_saved_inductor_plan_loads_and_runs_without_a_compiler(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 13: Inductor's kernels are saved compiled in the plan. A warm optimize (a remembered
+    plan, not compiled) takes them from the profile cache, so saving compiles nothing, and the plan
+    loads and runs in a child with no compiler to the same outputs as the session it came from."""
+    import logging
+    import os
+    import subprocess
+    import sys
+
+    settings = OptimizeSettings(threads=1, backends=("inductor",), calibration=QUICK_CALIBRATION,
+                                profile=QUICK_PROFILE, selection=QUICK_SELECTION)
+    model = zoo.to_model_proto("bert-mini")
+    with ProfileDB(tmp_path / "cache" / "profiles.sqlite") as db:
+        plan, session, _ = optimize(model, db, settings)
+        warm, not_compiled, _ = optimize(model, db, settings, compile_session=False)
+    assert not_compiled is None and warm.steps == plan.steps
+    assert set(warm.artifacts) == set(warm.steps)
+    assert all(path.is_relative_to(tmp_path / "cache" / "kernels") for path in warm.artifacts.values())
+    with caplog.at_level(logging.INFO, logger="korch.plan"):
+        target = save_plan(warm, tmp_path / "plan")
+    assert "to save it compiled" not in caplog.text, "saving compiled a kernel again"
+    assert all((target / "kernels" / str(k) / "artifact.json").is_file() for k in range(len(warm.steps)))
+
+    feeds = random_feeds(plan.graph, seed=31)
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    nowhere = tmp_path / "no-compiler"
+    env = os.environ | {"PATH": str(nowhere), "CXX": str(nowhere / "g++"), "CC": str(nowhere / "gcc"),
+                        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "empty-inductor-cache")}
+    child = subprocess.run([sys.executable, "-c", _NO_COMPILER, str(target), str(tmp_path / "feeds.npz"),
+                            str(tmp_path / "out.npz")], capture_output=True, text=True, env=env)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "InvalidCxxCompiler", "the child could have compiled"
+    with np.load(tmp_path / "out.npz") as out:
+        outputs = [out[f"arr_{k}"] for k in range(len(plan.graph.outputs))]
+    for a, b in zip(outputs, session.run(None, feeds)):
+        np.testing.assert_array_equal(a, b)
+    for diff in diff_outputs(dict(zip(plan.graph.outputs, outputs)), run_onnxruntime(model, feeds)):
+        assert diff.rel <= DEFAULT_RTOL, diff
+
+
 def test_saved_onnxruntime_plan_runs_without_onnx_or_the_optimizer(db: ProfileDB, tmp_path: Path) -> None:
     """A saved plan holds its onnxruntime regions as ready models (kernels/<step>.onnx, weights in
     original.weights): loading and running it in a fresh process imports neither onnx (~17 MB) nor the

@@ -36,6 +36,14 @@ class Kernel(ABC):
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
 
 
+class KernelNotSaveable(Exception):
+    """Why a compiled kernel cannot be saved to load without compiling (it then compiles at load)."""
+
+
+class SavedKernelError(Exception):
+    """A saved kernel that does not load as it was saved; the message names the file."""
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     threads: int = 1
@@ -69,6 +77,20 @@ class Backend(ABC):
     # count, which is process-wide (MKL's); OpenVINO's run on the plugin's own executor threads,
     # which korch does not hold to a lane's CPU.
     runs_in_lanes: bool = False
+
+    # A compiled kernel of this engine can be written to a directory and loaded back without
+    # compiling (`save_kernel`, `load_kernel`): a saved plan holds such kernels, so that loading it
+    # needs no compiler and takes no compile time.
+    saves_kernels: bool = False
+
+    def save_kernel(self, kernel: Kernel, graph: Graph, directory: Path) -> None:
+        """Write `kernel`, compiled from `graph` by this backend, into the new directory `directory`.
+        Raises KernelNotSaveable (and writes nothing) if it cannot be loaded back without compiling."""
+        raise KernelNotSaveable(f"backend {self.name} does not save kernels")
+
+    def load_kernel(self, directory: Path, graph: Graph, options: CompileOptions) -> Kernel:
+        """The kernel `save_kernel` wrote for `graph`. Raises SavedKernelError naming what is wrong."""
+        raise SavedKernelError(f"{directory}: backend {self.name} does not load saved kernels")
 
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
                      options: CompileOptions, external_dir: Path | None = None,

@@ -8,6 +8,8 @@ itself: a loaded plan holds no Python copy of them (bert-base runs in 440 MB, no
 Each onnxruntime region is also saved as its ready model, kernels/<step>.onnx, whose weights stay in
 original.weights: loading such a plan hands those bytes to onnxruntime and neither parses
 original.onnx nor imports onnx (read on first use, for another engine's region or a save).
+A kernel whose engine can save it compiled (backends/base.py `saves_kernels`: Inductor's) is saved
+as it was compiled, in kernels/<step>/, so that loading the plan compiles nothing and needs no compiler.
 Each weight is stored once: a graph constant whose bytes original.weights holds is mapped from there
 (constants.json says where), not copied into constants.npz. manifest.json lists every file with its
 size and SHA-256; a plan whose files do not match it is refused at load, naming the file.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import mmap
 import os
 import shutil
@@ -38,6 +41,8 @@ from korch.plan.schedule import Schedule, ScheduleError, check_schedule
 
 if TYPE_CHECKING:
     import onnx
+
+log = logging.getLogger("korch.plan")
 
 PLAN_FORMAT = 4
 WEIGHTS_FILE = "original.weights"
@@ -83,6 +88,10 @@ class Plan:
     # A loaded plan's ready ONNX models, by step (PREBUILT_BACKENDS' region steps); a step not here
     # is compiled from the source or the primitive graph.
     models: Mapping[Step, Path] = field(default_factory=dict)
+    # Compiled kernels saved by their engine (Backend.save_kernel), by step: a loaded plan's own, or
+    # those kept in the profile cache (korch/runtime/store.py). A step of such an engine not here is
+    # compiled to save it, and at load.
+    artifacts: Mapping[Step, Path] = field(default_factory=dict)
     # Which steps run side by side, on how many threads each (plan/schedule.py); None: one after
     # another in plan order, each on all `threads`.
     schedule: Schedule | None = None
@@ -162,12 +171,13 @@ def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | No
             saved = _save_source(plan.source, tmp)
             mapped = _constants_in(plan.graph, WeightsFile.of(saved, tmp), saved.value_map)
             models = _save_models(plan, saved, tmp)
+        artifacts = _save_kernels(plan, tmp)
         if shared is not None:          # (fission names a weight it keeps as the initializer's name)
             mapped.update(_constants_in(plan.graph, shared, {n: n for n in shared.index}, skip=mapped))
         save_graph(plan.graph, tmp, mapped)
         meta = {"format": PLAN_FORMAT, "korch_version": plan.korch_version, "machine": plan.machine,
                 "threads": plan.threads, "steps": [asdict(s) for s in plan.steps], "summary": dict(plan.summary),
-                "models": models, "schedule": plan.schedule.to_json() if plan.schedule is not None else None}
+                "models": models, "artifacts": artifacts, "schedule": plan.schedule.to_json() if plan.schedule is not None else None}
         (tmp / "plan.json").write_text(json.dumps(meta, indent=1))
         _write_manifest(tmp)
     return Path(directory)
@@ -248,8 +258,15 @@ def load_plan(directory: str | os.PathLike, korch_version: str, machine: str, ch
         if not file.is_file():
             raise PlanError(f"{path}: damaged plan (step {int(k) + 1}'s model {name} is missing)")
         models[steps[int(k)]] = file
+    artifacts = {}
+    for k, name in meta.get("artifacts", {}).items():
+        if not (isinstance(name, str) and k.isdigit() and int(k) < len(steps)):
+            raise PlanError(f"{path}: damaged plan (plan.json names kernel {name!r} for step {k!r})")
+        if not (path / name).is_dir():
+            raise PlanError(f"{path}: damaged plan (step {int(k) + 1}'s kernel {name} is missing)")
+        artifacts[steps[int(k)]] = path / name
     plan = Plan(graph, steps, meta["threads"], meta["machine"], meta["korch_version"], source, meta["summary"],
-                models)
+                models, artifacts=artifacts)
     if meta.get("schedule") is not None:
         try:
             schedule = Schedule.from_json(meta["schedule"])
@@ -418,6 +435,40 @@ def _save_models(plan: Plan, saved: OnnxSource, directory: Path) -> dict[str, st
         (directory / name).write_bytes(region_model(saved, plan.graph, candidate).SerializeToString())
         models[str(k)] = name
     return models
+
+
+def _save_kernels(plan: Plan, directory: Path) -> dict[str, str]:
+    """MODELS_DIR/<k>/ for every step whose engine saves its kernels compiled: copied from
+    plan.artifacts, or compiled now and saved (a kernel the engine cannot save compiles at load)."""
+    from korch.backends import get_backend
+
+    saved = {}
+    for k, step in enumerate(plan.steps):
+        backend = get_backend(step.backend)
+        if not backend.saves_kernels:
+            continue
+        name = f"{MODELS_DIR}/{k}"
+        target = directory / name
+        if step in plan.artifacts:
+            shutil.copytree(plan.artifacts[step], target)
+            saved[str(k)] = name
+            continue
+        from korch.backends.base import KernelNotSaveable
+        from korch.candidates import Candidate
+        from korch.candidates.candidate import extract_subgraph
+        from korch.runtime.session import compile_step
+
+        log.info("compiling step %d (%s) to save it compiled", k + 1, _name(step))
+        try:
+            sub = extract_subgraph(plan.graph, Candidate(step.nodes, step.inputs, step.outputs, step.key,
+                                                         step.onnx_nodes))
+            backend.save_kernel(compile_step(plan, step, plan.step_threads()[k]), sub, target)
+        except KernelNotSaveable as e:
+            log.warning("step %d (%s) is not saved compiled (%s); it compiles when the plan loads", k + 1,
+                        _name(step), e)
+            continue
+        saved[str(k)] = name
+    return saved
 
 
 def _save_source(source: OnnxSource, directory: Path) -> OnnxSource:

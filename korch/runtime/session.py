@@ -26,7 +26,7 @@ from korch.backends import CompileOptions, Kernel, get_backend
 from korch.backends.placement import Placement, pinned, placement
 from korch.errors import ExitCode, KorchError, UsageError
 from korch.ir.types import TensorType
-from korch.plan import Plan, Step, load_plan
+from korch.plan import Plan, PlanError, Step, load_plan
 from korch.plan.plan import step_onnx_nodes
 from korch.plan.schedule import sequential
 from korch.runtime.lanes import LanePool
@@ -73,13 +73,26 @@ def plan_placement(plan: Plan) -> Placement | None:
 
 
 def compile_step(plan: Plan, step: Step, threads: int | None = None) -> Kernel:
-    """The step's kernel, for `threads` threads (None: the plan's): from the ready ONNX model a saved
-    plan holds for it (read as bytes; nothing parses it but the engine), else cut from the source or
-    built from the primitive graph."""
+    """The step's kernel, for `threads` threads (None: the plan's): loaded as the plan saved it
+    compiled (plan.artifacts, for the threads the plan gives the step), from the ready ONNX model a
+    saved plan holds for it (read as bytes; nothing parses it but the engine), else cut from the
+    source or built from the primitive graph."""
     threads = plan.threads if threads is None else threads
     where = plan_placement(plan)
     workers = where.workers[: threads - 1] if where is not None else ()
     options = CompileOptions(threads=threads, runs_alone=len(plan.steps) == 1, worker_cpus=workers)
+    k = plan.steps.index(step)
+    saved = plan.artifacts.get(step) if threads == plan.step_threads()[k] else None
+    if saved is not None:
+        from korch.backends.base import SavedKernelError
+        from korch.candidates import Candidate
+        from korch.candidates.candidate import extract_subgraph
+
+        sub = extract_subgraph(plan.graph, Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes))
+        try:
+            return get_backend(step.backend).load_kernel(saved, sub, options)
+        except SavedKernelError as e:
+            raise PlanError(f"step {k + 1}'s saved {step.backend} kernel: {e}") from None
     model = plan.models.get(step)
     if model is not None:
         weights = plan.source.weights_dir if plan.source is not None else None
@@ -152,6 +165,7 @@ def _program(plan: Plan, ops: Sequence[_Op]) -> tuple[_Op | _Fork, ...]:
 class Session:
     def __init__(self, plan: Plan, kernels: Sequence[Kernel]) -> None:
         self.plan = plan
+        self.kernels = tuple(kernels)          # by step, as compiled (a plan's save reuses them)
         graph = plan.graph
         self._input_types: dict[str, TensorType] = {n: graph.types[n] for n in graph.inputs}
         self._outputs = graph.outputs

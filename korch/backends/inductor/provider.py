@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from importlib import metadata
+from pathlib import Path
 
 from korch.backends.base import Backend, CompileOptions, Kernel
 from korch.ir.graph import Graph
@@ -33,3 +34,18 @@ class InductorBackend(Backend):
         from korch.backends.inductor.backend import compile_graph
 
         return compile_graph(graph, options, self.device)
+
+    saves_kernels = True
+
+    def save_kernel(self, kernel: Kernel, graph: Graph, directory: Path) -> None:
+        from korch.backends.inductor.artifact import save_kernel
+        from korch.backends.inductor.backend import InductorKernel
+
+        if not isinstance(kernel, InductorKernel):
+            raise TypeError(f"not an Inductor kernel: {type(kernel).__name__}")
+        save_kernel(kernel, graph, directory)
+
+    def load_kernel(self, directory: Path, graph: Graph, options: CompileOptions) -> Kernel:
+        from korch.backends.inductor.artifact import load_kernel
+
+        return load_kernel(directory, graph, options.threads)

@@ -1,0 +1,439 @@
+"""A compiled Inductor kernel saved with a plan, loaded back without compiling anything.
+
+Compiling again at load took 14-15 s for a transformer's kernel and needs a C++ compiler wherever
+the plan runs. What Inductor made is already runnable code: a Python wrapper module whose `call`
+runs the graph, C++ kernels built as Python extension modules (`async_compile.cpp_pybinding`), and
+the frozen constants the wrapper reads as module globals. A saved kernel is those pieces:
+
+    artifact.json   what follows, the torch version and thread count it was built for
+    wrapper.py      the wrapper's source, as Inductor wrote it
+    k<i>.so         each C++ kernel's extension module
+    tensors.npz     constants no graph constant holds (folded values, dense conv weights)
+    check.npz       inputs and the outputs the kernel gave for them when saved
+
+Loading runs the wrapper with its one `async_compile = AsyncCompile()` line pointed at the saved
+extension modules instead of the compiler. A constant that is a view of one of the graph's
+constants is stored as where it sits in that constant, so each weight is stored once.
+
+Weights Inductor packed for MKL or oneDNN (opaque tensors, tied to their address) are not stored:
+they are packed again at load, by the same op Inductor's freezing pass used, with the arguments
+recorded from the one call that uses them. A kernel that uses a packed weight any other way, or
+Triton, is not saved (KernelNotSaveable says why) and compiles at load as before. After loading, the
+kernel runs the saved inputs once and must give the saved outputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from korch.backends.base import KernelNotSaveable, SavedKernelError, writable_alias
+from korch.backends.inductor.backend import InductorKernel, warmup_inputs
+from korch.ir.graph import Graph
+
+ARTIFACT_FORMAT = 1
+META = "artifact.json"
+WRAPPER = "wrapper.py"
+TENSORS = "tensors.npz"
+CHECK = "check.npz"
+# The wrapper line that makes Inductor's compiler front; a saved kernel replaces it.
+COMPILER_LINE = "async_compile = AsyncCompile()"
+_SAVED_KERNELS = "_korch_saved_kernels"
+# A reloaded kernel runs the same code on the same weights as when saved, so its outputs should be
+# equal; this bound (relative to the output's largest magnitude) only allows for a thread pool
+# splitting a reduction differently.
+CHECK_RTOL = 1e-5
+
+
+# Names a wrapper imports from torch._inductor. Importing any of them imports Inductor and Dynamo
+# (1.3 s, twice torch itself); a saved wrapper that uses none but `extern_kernels`, and only
+# functions of torch's own there, gets those bound directly instead.
+_INDUCTOR_NAMES = frozenset({"AsyncCompile", "extern_kernels", "run_intermediate_hooks", "maybe_profile", "align"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Packed weights: how each is rebuilt, by the op that reads it (one entry per op family)
+
+
+@dataclass(frozen=True)
+class Repack:
+    """How to pack a weight again: `make(dense, call_args)` -> the packed tensor, where `dense` is
+    the plain weight and `call_args` the arguments of the op that read it, by schema name."""
+
+    weight_arg: str
+    dense_from: str            # "self": the packed tensor's own to_dense(); else the arg holding the plain weight
+    make: Callable[[torch.Tensor, Mapping[str, Any]], torch.Tensor]
+    recorded: tuple[str, ...]  # call arguments kept in the artifact (shapes of tensors, other values as is)
+
+
+def _conv(dense: torch.Tensor, a: Mapping[str, Any]) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_convolution_weight(dense, a["padding"], a["stride"], a["dilation"], a["groups"],
+                                                        a["X"])
+
+
+_CONV_ARGS = ("X", "padding", "stride", "dilation", "groups")
+REPACKS: dict[str, Repack] = {
+    # Inductor's freezing: packed = mkl._mkl_reorder_linear_weight(W transposed, batch), and the call
+    # keeps that same W beside it (ORI_W)
+    "mkl::_mkl_linear": Repack("MKL_W", "ORI_W",
+                               lambda w, a: torch.ops.mkl._mkl_reorder_linear_weight(w, a["batch_size"]),
+                               ("batch_size",)),
+    "mkldnn::_linear_pointwise": Repack("W", "self",
+                                        lambda w, a: torch.ops.mkldnn._reorder_linear_weight(w, a["X"][0]), ("X",)),
+    "mkldnn::_convolution_pointwise": Repack("W", "self", _conv, _CONV_ARGS),
+    # (not mkldnn::_convolution_transpose_pointwise: its packed weight unpacks with in and out channels
+    # swapped, not as the weight it was packed from; such kernels compile at load)
+}
+
+
+class _PackedUses(TorchDispatchMode):
+    """Records, for every packed (mkldnn-layout) tensor an op reads, the op and its arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uses: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's signature)
+        kwargs = kwargs or {}
+        schema = func._schema
+        named = dict(zip((a.name for a in schema.arguments), args)) | kwargs
+        for value in named.values():
+            if isinstance(value, torch.Tensor) and value.is_mkldnn:
+                self.uses.setdefault(id(value), []).append((schema.name, named))
+        return func(*args, **kwargs)
+
+
+def _recorded(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return list(value.shape)
+    if isinstance(value, (list, tuple)):
+        return [_recorded(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving
+
+
+def save_kernel(kernel: InductorKernel, graph: Graph, directory: Path) -> None:
+    """Write `kernel`, compiled from `graph`, into `directory` (which must not exist yet).
+    Raises KernelNotSaveable, leaving nothing behind, if it cannot be loaded back without compiling."""
+    module = _wrapper_module(kernel)
+    source = Path(module.__file__).read_text()
+    line = _compiler_line(source)
+    kernels = _extension_kernels(module, source)
+    imports = _inductor_imports(module, source)
+    tensors = {name: value for name, value in vars(module).items() if isinstance(value, torch.Tensor)}
+    inputs = warmup_inputs(graph)
+    recorder = _PackedUses()
+    with torch.no_grad(), recorder:
+        outputs = [y.numpy().copy() for y in _caller(module)(*map(torch.from_numpy, inputs))]
+    stored: dict[str, np.ndarray] = {}
+    params = {name: _param(name, t, tensors, recorder.uses, graph, stored) for name, t in tensors.items()}
+
+    directory.mkdir(parents=True)
+    try:
+        (directory / WRAPPER).write_text(source)
+        files = {}
+        for k, (digest, fn) in enumerate(sorted(kernels.items())):
+            shutil.copyfile(fn.__self__.__file__, directory / f"k{k}.so")
+            files[digest] = {"file": f"k{k}.so", "module": fn.__self__.__name__, "function": fn.__name__}
+        np.savez(directory / TENSORS, **stored)
+        np.savez(directory / CHECK, **{f"in{k}": x for k, x in enumerate(inputs)},
+                 **{f"out{k}": y for k, y in enumerate(outputs)})
+        meta = {"format": ARTIFACT_FORMAT, "torch": torch.__version__, "threads": kernel.threads,
+                "copies": list(kernel.copies), "compiler_line": line, "inductor_imports": imports,
+                "kernels": files, "params": params}
+        (directory / META).write_text(json.dumps(meta, indent=1))
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _wrapper_module(kernel: InductorKernel) -> ModuleType:
+    if kernel.device != "cpu":
+        raise KernelNotSaveable(f"kernels for {kernel.device} are compiled at load")
+    wrappers = [m for m in kernel.modules if callable(getattr(m, "call", None))]
+    if len(wrappers) != 1:
+        raise KernelNotSaveable(f"{len(wrappers)} generated wrapper modules, expected one")
+    return wrappers[0]
+
+
+def _compiler_line(source: str) -> int:
+    """The line number of the wrapper's one top-level COMPILER_LINE statement."""
+    lines = source.splitlines()
+    found = [node.lineno for node in ast.parse(source).body
+             if isinstance(node, ast.Assign) and lines[node.lineno - 1] == COMPILER_LINE]
+    if len(found) != 1:
+        raise KernelNotSaveable(f"the wrapper does not make its compiler in one {COMPILER_LINE!r} line")
+    return found[0]
+
+
+def _inductor_imports(module: ModuleType, source: str) -> dict[str, Any] | None:
+    """The wrapper's top-level `from torch._inductor... import` lines, and the torch functions its
+    `extern_kernels` are, if loading can bind those instead of importing Inductor; None if not."""
+    tree = ast.parse(source)
+    lines, names = [], set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch._inductor"):
+            if node.lineno != node.end_lineno:
+                return None
+            lines.append(node.lineno)
+            names.update(alias.asname or alias.name for alias in node.names)
+    if not names <= _INDUCTOR_NAMES:
+        return None
+    imported = {id(node) for node in tree.body if isinstance(node, ast.ImportFrom)}
+    used: set[str] = set()
+    extern: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and id(node) not in imported:
+            used.add(node.id)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "extern_kernels":
+            extern.add(node.attr)
+    if used & (_INDUCTOR_NAMES - {"AsyncCompile", "extern_kernels"}):
+        return None
+    namespace = getattr(module, "extern_kernels", None)
+    if any(getattr(namespace, name, None) is not getattr(torch, name, object()) for name in extern):
+        return None
+    return {"lines": lines, "extern_kernels": sorted(extern)}
+
+
+def _extension_kernels(module: ModuleType, source: str) -> dict[str, Any]:
+    """sha256 of each C++ kernel's source -> its loaded function; KernelNotSaveable for any other kind."""
+    kernels = {}
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        call = node.value.func
+        if not (isinstance(call, ast.Attribute) and isinstance(call.value, ast.Name)
+                and call.value.id == "async_compile"):
+            continue
+        if call.attr != "cpp_pybinding" or len(node.value.args) != 2 or len(node.targets) != 1:
+            raise KernelNotSaveable(f"the wrapper builds a kernel with async_compile.{call.attr}")
+        code = node.value.args[1]
+        name = node.targets[0]
+        if not (isinstance(code, ast.Constant) and isinstance(code.value, str) and isinstance(name, ast.Name)):
+            raise KernelNotSaveable("a cpp_pybinding kernel whose source is not a literal")
+        fn = getattr(module, name.id, None)
+        owner = getattr(fn, "__self__", None)
+        if not (isinstance(owner, ModuleType) and str(getattr(owner, "__file__", "")).endswith(".so")):
+            raise KernelNotSaveable(f"kernel {name.id} is not a function of a loaded extension module")
+        kernels[_digest(code.value)] = fn
+    return kernels
+
+
+def _digest(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def _param(name: str, t: torch.Tensor, tensors: Mapping[str, torch.Tensor],
+           uses: Mapping[int, list[tuple[str, dict[str, Any]]]], graph: Graph,
+           stored: dict[str, np.ndarray]) -> dict[str, Any]:
+    """How to make the wrapper's global `name` again: a view of a graph constant, a stored array, or
+    a weight packed again from one of those."""
+    if not t.is_mkldnn:
+        return _dense(name, t, graph, stored)
+    found = uses.get(id(t), [])
+    ops = sorted({op for op, _ in found})
+    if len(ops) != 1 or ops[0] not in REPACKS:
+        raise KernelNotSaveable(f"packed weight {name} is read by {', '.join(ops) or 'nothing'}; "
+                                f"korch repacks only for {', '.join(REPACKS)}")
+    repack = REPACKS[ops[0]]
+    args = found[0][1]
+    if any(_recorded(a[k]) != _recorded(args[k]) for _, a in found for k in repack.recorded):
+        raise KernelNotSaveable(f"packed weight {name} is read by {ops[0]} with different arguments")
+    if repack.dense_from == "self":
+        dense = _dense(f"{name}.dense", t.to_dense(), graph, stored)
+    else:
+        plain = args[repack.dense_from]
+        owner = next((n for n, other in tensors.items() if other is plain), None)
+        if owner is None:
+            raise KernelNotSaveable(f"packed weight {name}: its plain weight is not a constant of the wrapper")
+        dense = {"kind": "global", "name": owner}
+    return {"kind": "packed", "op": ops[0], "dense": dense,
+            "args": {k: _recorded(args[k]) for k in repack.recorded}}
+
+
+def _dense(name: str, t: torch.Tensor, graph: Graph, stored: dict[str, np.ndarray]) -> dict[str, Any]:
+    if t.layout != torch.strided or t.device.type != "cpu" or any(s < 0 for s in t.stride()):
+        raise KernelNotSaveable(f"constant {name} is a {t.layout} tensor on {t.device}")
+    try:
+        dtype = np.dtype(torch.empty(0, dtype=t.dtype).numpy().dtype)
+    except TypeError:
+        raise KernelNotSaveable(f"constant {name} has dtype {t.dtype}, which numpy cannot hold") from None
+    view = {"size": list(t.shape), "stride": list(t.stride()), "dtype": dtype.str}
+    start = t.data_ptr()
+    for constant, array in graph.constants.items():
+        base = array.__array_interface__["data"][0]
+        if array.dtype == dtype and array.flags.c_contiguous and base <= start < base + max(array.nbytes, 1):
+            offset, rest = divmod(start - base, dtype.itemsize)
+            if rest == 0 and offset + _span(t) <= array.size:
+                return {"kind": "constant", "constant": constant, "offset": offset, **view}
+    if t.is_contiguous():              # a weight the graph holds as it is (a conv's, once unpacked)
+        for constant, array in graph.constants.items():
+            if array.shape == tuple(t.shape) and array.dtype == dtype and np.array_equal(array, t.numpy()):
+                return {"kind": "constant", "constant": constant, "offset": 0, **view}
+    key = f"t{len(stored)}"
+    stored[key] = torch.as_strided(t, (_span(t),), (1,)).numpy().copy() if t.numel() else np.empty(0, dtype)
+    return {"kind": "stored", "array": key, **view}
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from the tensor's first to its last, through its strides."""
+    return 0 if t.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_kernel(directory: Path, graph: Graph, threads: int) -> InductorKernel:
+    """The kernel saved in `directory` for `graph`, checked against the outputs it gave when saved.
+    Raises SavedKernelError naming what does not match."""
+    meta = _read_meta(directory, threads)
+    saved = _SavedKernels(directory, meta["kernels"])
+    stored = _npz(directory / TENSORS)
+    constants = {}
+    for name in sorted(meta["params"], key=lambda n: meta["params"][n]["kind"] == "packed"):
+        constants[name] = _make(directory, name, meta["params"][name], graph, stored, constants)
+    module = ModuleType(f"korch_saved_{_digest(str(directory))[:16]}")
+    module.__file__ = str(directory / WRAPPER)
+    vars(module)[_SAVED_KERNELS] = saved
+    lines = (directory / WRAPPER).read_text().splitlines()
+    line = meta["compiler_line"]
+    if not (isinstance(line, int) and 0 < line <= len(lines) and lines[line - 1] == COMPILER_LINE):
+        raise SavedKernelError(f"{directory / WRAPPER}: line {line} is not the one korch saved")
+    lines[line - 1] = f"async_compile = {_SAVED_KERNELS}"
+    imports = meta.get("inductor_imports")
+    if imports is not None:
+        for k in imports["lines"]:
+            if not (isinstance(k, int) and 0 < k <= len(lines) and lines[k - 1].startswith("from torch._inductor")):
+                raise SavedKernelError(f"{directory / WRAPPER}: line {k} is not the import korch saved")
+            lines[k - 1] = "pass"
+        vars(module)["extern_kernels"] = SimpleNamespace(**{n: getattr(torch, n) for n in imports["extern_kernels"]})
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, module.__file__, "exec"), vars(module))  # noqa: S102 (the plan's own checked code)
+    vars(module).update(constants)
+    kernel = InductorKernel(_caller(module), threads, "cpu", tuple(meta["copies"]), (module,),
+                            tuple(graph.constants.values()))
+    _check(directory, kernel)
+    return kernel
+
+
+def _read_meta(directory: Path, threads: int) -> dict[str, Any]:
+    try:
+        meta = json.loads((directory / META).read_text())
+    except (OSError, ValueError) as e:
+        raise SavedKernelError(f"{directory / META}: {type(e).__name__}: {e}") from None
+    if meta.get("format") != ARTIFACT_FORMAT:
+        raise SavedKernelError(f"{directory / META}: format {meta.get('format')} is not {ARTIFACT_FORMAT}")
+    if meta["torch"] != torch.__version__:
+        raise SavedKernelError(f"{directory}: compiled with torch {meta['torch']}, this is torch {torch.__version__}")
+    if meta["threads"] != threads:
+        raise SavedKernelError(f"{directory}: compiled for {meta['threads']} threads, asked for {threads}")
+    return meta
+
+
+class _SavedKernels:
+    """Stands in for Inductor's AsyncCompile in a saved wrapper: hands back the saved extension
+    module's function for each kernel source, compiling nothing."""
+
+    def __init__(self, directory: Path, files: Mapping[str, Mapping[str, str]]) -> None:
+        self.directory = directory
+        self.files = files
+
+    def cpp_pybinding(self, argtypes: Sequence[str], code: str) -> Callable[..., Any]:
+        entry = self.files.get(_digest(code))
+        if entry is None:
+            raise SavedKernelError(f"{self.directory / WRAPPER}: a kernel whose source no saved module was built from")
+        path = self.directory / entry["file"]
+        if not path.is_file():          # (checked here: a module this process loaded before would load without it)
+            raise SavedKernelError(f"{path}: missing")
+        # A kernel module reads, when loaded, where torch's tensor data pointer function is from this
+        # variable, which Inductor sets the same way before it loads one (codecache.py)
+        address = getattr(torch._C._dynamo.guards, "_torchinductor_pyobject_tensor_data_ptr", None)
+        if address is None:
+            raise SavedKernelError(f"{path}: this torch does not say where its kernels find tensor data")
+        os.environ["_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"] = str(address)
+        loader = importlib.machinery.ExtensionFileLoader(entry["module"], str(path))
+        spec = importlib.util.spec_from_file_location(entry["module"], path, loader=loader)
+        try:
+            extension = importlib.util.module_from_spec(spec)
+            loader.exec_module(extension)
+        except ImportError as e:
+            raise SavedKernelError(f"{path}: cannot load ({e})") from None
+        return getattr(extension, entry["function"])
+
+    def wait(self, scope: dict[str, Any]) -> None:
+        """Every kernel was ready when made."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise SavedKernelError(f"{self.directory / WRAPPER}: asks its compiler for {name}, which korch does not save")
+
+
+def _npz(path: Path) -> Mapping[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {k: f[k] for k in f.files}
+    except (OSError, ValueError) as e:
+        raise SavedKernelError(f"{path}: {type(e).__name__}: {e}") from None
+
+
+def _make(directory: Path, name: str, param: Mapping[str, Any], graph: Graph, stored: Mapping[str, np.ndarray],
+          made: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    if param["kind"] == "packed":
+        dense = param["dense"]
+        plain = made[dense["name"]] if dense["kind"] == "global" else _make(directory, name, dense, graph, stored, made)
+        with torch.no_grad():
+            return REPACKS[param["op"]].make(plain, param["args"])
+    if param["kind"] == "constant":
+        if param["constant"] not in graph.constants:
+            raise SavedKernelError(f"{directory / META}: {name} is a view of {param['constant']}, not in the graph")
+        array = graph.constants[param["constant"]]
+        offset = param["offset"]
+    else:
+        array = stored[param["array"]]
+        offset = 0
+    if array.dtype.str != param["dtype"]:
+        raise SavedKernelError(f"{directory / META}: {name} is {param['dtype']}, its array {array.dtype}")
+    flat = torch.from_numpy(writable_alias(np.ascontiguousarray(array)).reshape(-1))
+    span = 1 + sum((n - 1) * s for n, s in zip(param["size"], param["stride"])) if all(param["size"]) else 0
+    if offset + span > flat.numel():
+        raise SavedKernelError(f"{directory / META}: {name} reaches past its array")
+    return flat.as_strided(param["size"], param["stride"], offset)
+
+
+def _caller(module: ModuleType) -> Callable[..., tuple[torch.Tensor, ...]]:
+    call = module.call
+
+    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return call(list(inputs))
+
+    return run
+
+
+def _check(directory: Path, kernel: InductorKernel) -> None:
+    check = _npz(directory / CHECK)
+    inputs = [check[f"in{k}"] for k in range(sum(k.startswith("in") for k in check))]
+    expected = [check[f"out{k}"] for k in range(sum(k.startswith("out") for k in check))]
+    got = kernel.run(inputs)
+    for k, (y, want) in enumerate(zip(got, expected)):
+        scale = max(1.0, float(np.max(np.abs(want)))) if want.size and want.dtype.kind == "f" else 1.0
+        if y.shape != want.shape or y.dtype != want.dtype or (
+                want.size and float(np.max(np.abs(y.astype(np.float64) - want))) > CHECK_RTOL * scale):
+            raise SavedKernelError(f"{directory}: output {k} differs from what the kernel gave when saved; "
+                                "re-run korch optimize")

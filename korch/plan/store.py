@@ -1,0 +1,72 @@
+"""Compiled kernels kept in the profile cache, so that a plan saved after a warm optimize (a
+remembered selection, not compiled) holds its kernels compiled without compiling them again.
+
+A kernel is kept under cache/kernels/<digest>, the digest of everything its code and constants
+depend on: korch's version, the machine, the engine and its version, the candidate (its structure)
+and the model's weights (its constants), and the thread count. Entries are written whole (a
+temporary directory renamed into place) and never changed; a plan copies the one it uses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from korch.backends import get_backend
+from korch.plan.plan import Plan, Step
+
+if TYPE_CHECKING:
+    from korch.runtime.session import Session
+
+log = logging.getLogger("korch.plan")
+
+STORE_DIR = "kernels"
+
+
+def kernel_digest(plan: Plan, step: Step, threads: int, weights: str) -> str:
+    backend = get_backend(step.backend)
+    parts = (plan.korch_version, plan.machine, step.backend, backend.version, step.key, str(threads), weights)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: str) -> Plan:
+    """`plan` with `artifacts` for each step whose engine saves kernels: the stored one, or the
+    session's kernel stored now. A step with neither (a remembered plan, first seen by this cache)
+    is compiled when the plan is saved."""
+    artifacts = dict(plan.artifacts)
+    for k, (step, threads) in enumerate(zip(plan.steps, plan.step_threads())):
+        backend = get_backend(step.backend)
+        if not backend.saves_kernels or step in artifacts:
+            continue
+        entry = cache_dir / STORE_DIR / kernel_digest(plan, step, threads, weights)
+        if not entry.is_dir() and session is not None:
+            _store(plan, step, session.kernels[k], entry)
+        if entry.is_dir():
+            artifacts[step] = entry
+    return replace(plan, artifacts=artifacts)
+
+
+def _store(plan: Plan, step: Step, kernel: object, entry: Path) -> None:
+    from korch.backends.base import KernelNotSaveable
+    from korch.candidates import Candidate
+    from korch.candidates.candidate import extract_subgraph
+
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
+    try:
+        sub = extract_subgraph(plan.graph, Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes))
+        get_backend(step.backend).save_kernel(kernel, sub, tmp / "k")       # type: ignore[arg-type]
+        os.replace(tmp / "k", entry)
+    except KernelNotSaveable as e:
+        log.info("the %s kernel of step %s is not kept compiled: %s", step.backend, step.key[:12], e)
+    except OSError as e:
+        if not entry.is_dir():          # (another process may have stored it first)
+            log.warning("cannot keep a compiled kernel in %s: %s", entry.parent, e)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

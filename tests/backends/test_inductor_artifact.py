@@ -1,0 +1,126 @@
+"""A compiled Inductor kernel saved and loaded back without compiling (backends/inductor/artifact.py):
+the same outputs as the kernel it was saved from, packed weights packed again, weights stored once,
+and a damaged artifact refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from korch.backends.base import CompileOptions, SavedKernelError  # noqa: E402
+from korch.backends.inductor import InductorBackend  # noqa: E402
+from korch.backends.inductor.artifact import CHECK, META, TENSORS, load_kernel  # noqa: E402
+from korch.ir.check import check_graph  # noqa: E402
+from korch.ir.graph import Graph, GraphBuilder  # noqa: E402
+from korch.ir.types import DType, TensorType  # noqa: E402
+from tests.backends.graphs import conv_bias_relu, mlp_gelu  # noqa: E402
+
+F32 = np.float32
+
+
+def conv_transpose_relu(rng: np.random.Generator) -> Graph:
+    b = GraphBuilder("conv_transpose_relu")
+    x = b.add_input("x", TensorType((1, 4, 8, 8), DType.FLOAT32))
+    w = b.add_constant(rng.standard_normal((4, 6, 3, 3)).astype(F32))
+    y = b.emit("conv_transpose", [x, w], {"strides": (2, 2), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1,
+                                          "output_padding": (1, 1)})
+    return check_graph(b.build([("y", b.emit("relu", [y]))]))
+
+
+def shared_weight_mlp(rng: np.random.Generator) -> Graph:
+    """One weight read by two matmuls of the same batch (Inductor packs it once for both)."""
+    b = GraphBuilder("shared_weight_mlp")
+    x = b.add_input("x", TensorType((16, 48), DType.FLOAT32))
+    w = b.add_constant(rng.standard_normal((48, 48)).astype(F32) / 7)
+    h = b.emit("tanh", [b.emit("matmul", [x, w])])
+    return check_graph(b.build([("y", b.emit("matmul", [h, w]))]))
+
+
+GRAPHS = {
+    "matmul packed for MKL, transposed weight": lambda rng: mlp_gelu(rng, preactivation_output=True),
+    "conv packed for oneDNN": conv_bias_relu,
+    "one weight packed for two matmuls": shared_weight_mlp,
+}
+
+
+def _saved(graph: Graph, directory: Path):
+    backend = InductorBackend()
+    kernel = backend.compile(graph, CompileOptions(threads=1))
+    backend.save_kernel(kernel, graph, directory)
+    return kernel
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_a_saved_kernel_loads_to_the_same_outputs_with_its_weights_stored_once(name: str, tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    graph = GRAPHS[name](rng)
+    kernel = _saved(graph, tmp_path / "k")
+    meta = json.loads((tmp_path / "k" / META).read_text())
+    packed = [p for p in meta["params"].values() if p["kind"] == "packed"]
+    assert packed, f"{name}: Inductor packed no weight here, so nothing is tested"
+    loaded = InductorBackend().load_kernel(tmp_path / "k", graph, CompileOptions(threads=1))
+    for _ in range(2):                                     # fresh inputs each time, never the saved ones
+        inputs = [rng.standard_normal(graph.types[n].shape).astype(F32) for n in graph.inputs]
+        for want, got in zip(kernel.run(inputs), loaded.run(inputs)):
+            assert float(np.max(np.abs(got - want))) <= 1e-6 * max(1.0, float(np.max(np.abs(want)))), name
+    # Each weight is stored once: the graph's own weights are read from the graph, not from tensors.npz.
+    weights = sum(a.nbytes for a in graph.constants.values() if a.size > 1)
+    with np.load(tmp_path / "k" / TENSORS) as stored:
+        assert sum(stored[k].nbytes for k in stored.files) < weights / 2
+
+
+def test_a_damaged_saved_kernel_is_refused_by_name(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    graph = mlp_gelu(rng)
+    _saved(graph, tmp_path / "k")
+    options = CompileOptions(threads=1)
+    InductorBackend().load_kernel(tmp_path / "k", graph, options)          # intact: loads
+
+    meta_path = tmp_path / "k" / META
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps(meta | {"torch": "1.0.0"}))
+    with pytest.raises(SavedKernelError, match=r"compiled with torch 1\.0\.0, this is torch"):
+        load_kernel(tmp_path / "k", graph, 1)
+    meta_path.write_text(json.dumps(meta | {"compiler_line": 3}))
+    with pytest.raises(SavedKernelError, match="wrapper.py: line 3 is not the one korch saved"):
+        load_kernel(tmp_path / "k", graph, 1)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(SavedKernelError, match="compiled for 1 threads, asked for 2"):
+        load_kernel(tmp_path / "k", graph, 2)
+
+    # Weights that are not the ones it was saved with: the check run at load catches it.
+    other = mlp_gelu(np.random.default_rng(4))
+    with pytest.raises(SavedKernelError, match="output 0 differs from what the kernel gave when saved"):
+        load_kernel(tmp_path / "k", other, 1)
+
+    so = sorted((tmp_path / "k").glob("k*.so"))[0]
+    so.unlink()
+    with pytest.raises(SavedKernelError, match=so.name):
+        load_kernel(tmp_path / "k", graph, 1)
+
+
+def test_a_kernel_that_cannot_be_saved_says_why_and_leaves_nothing(tmp_path: Path) -> None:
+    """A transposed conv's packed weight does not unpack to the weight it was packed from, so korch
+    cannot pack it again at load: the kernel is not saved (a plan compiles it at load instead)."""
+    from korch.backends.base import KernelNotSaveable
+
+    graph = conv_transpose_relu(np.random.default_rng(5))
+    kernel = InductorBackend().compile(graph, CompileOptions(threads=1))
+    with pytest.raises(KernelNotSaveable, match="read by mkldnn::_convolution_transpose_pointwise; korch repacks only"):
+        InductorBackend().save_kernel(kernel, graph, tmp_path / "k")
+    assert not (tmp_path / "k").exists()
+
+
+def test_the_check_data_holds_what_the_kernel_gave(tmp_path: Path) -> None:
+    """check.npz is the kernel's own output on its inputs (not zeros, not a constant)."""
+    graph = conv_bias_relu(np.random.default_rng(9))
+    kernel = _saved(graph, tmp_path / "k")
+    with np.load(tmp_path / "k" / CHECK) as check:
+        inputs, output = [check["in0"]], check["out0"]
+    np.testing.assert_array_equal(kernel.run(inputs)[0], output)
+    assert np.count_nonzero(output) > output.size // 4
