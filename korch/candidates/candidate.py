@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+
+import numpy as np
 
 from korch.ir.graph import Graph
 
@@ -48,13 +51,35 @@ def boundary(graph: Graph, nodes: tuple[int, ...]) -> tuple[tuple[str, ...], tup
     return tuple(inputs), tuple(outputs)
 
 
-def extract_subgraph(graph: Graph, candidate: Candidate) -> Graph:
-    """The candidate as a standalone graph: its inputs as graph inputs, its constants, its outputs."""
+class _ConstantsOf(Mapping[str, np.ndarray]):
+    """Some of a graph's constants, each read from the graph's own mapping when asked for."""
+
+    def __init__(self, constants: Mapping[str, np.ndarray], names: Iterable[str]) -> None:
+        self._constants = constants
+        self._names = tuple(names)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        return self._constants[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def extract_subgraph(graph: Graph, candidate: Candidate, read_constants: bool = True) -> Graph:
+    """The candidate as a standalone graph: its inputs as graph inputs, its constants, its outputs.
+    `read_constants=False`: the constants are read from `graph` when asked for, not now (a saved
+    kernel reads each once while it loads, and keeps only some)."""
     nodes = tuple(graph.nodes[i] for i in candidate.nodes)
     used = {v for n in nodes for v in n.inputs}
     # Read only the constants the nodes use: a loaded plan reads each from its file on first use.
-    constants = {k: graph.constants[k] for k in graph.constants if k in used}
-    names = set(candidate.inputs) | set(constants) | {n.output for n in nodes}
-    types = {k: graph.types[k] for k in names}
+    names = [k for k in graph.constants if k in used]
+    constants = {k: graph.constants[k] for k in names} if read_constants else _ConstantsOf(graph.constants, names)
+    values = set(candidate.inputs) | set(names) | {n.output for n in nodes}
+    types = {k: graph.types[k] for k in values}
     return Graph(f"{graph.name}:{candidate.key[:12]}", candidate.inputs, candidate.outputs, nodes,
-                 MappingProxyType(types), MappingProxyType(constants))
+                 MappingProxyType(types), constants if not read_constants else MappingProxyType(constants))

@@ -88,7 +88,8 @@ def compile_step(plan: Plan, step: Step, threads: int | None = None) -> Kernel:
         from korch.candidates import Candidate
         from korch.candidates.candidate import extract_subgraph
 
-        sub = extract_subgraph(plan.graph, Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes))
+        sub = extract_subgraph(plan.graph, Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes),
+                               read_constants=False)
         try:
             return get_backend(step.backend).load_kernel(saved, sub, options)
         except SavedKernelError as e:

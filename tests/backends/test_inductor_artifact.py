@@ -4,7 +4,11 @@ and a damaged artifact refused by name."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +76,65 @@ def test_a_saved_kernel_loads_to_the_same_outputs_with_its_weights_stored_once(n
     weights = sum(a.nbytes for a in graph.constants.values() if a.size > 1)
     with np.load(tmp_path / "k" / TENSORS) as stored:
         assert sum(stored[k].nbytes for k in stored.files) < weights / 2
+
+
+def test_the_plain_copy_of_an_mkl_packed_weight_is_not_held_once_loaded(tmp_path: Path) -> None:
+    """MKL's packed linear reads its plain weight only for the output width: a loaded kernel holds
+    a one-element stand-in, not the weight (which freezing had kept beside the packed copy)."""
+    graph = mlp_gelu(np.random.default_rng(8))
+    kernel = _saved(graph, tmp_path / "k")
+    meta = json.loads((tmp_path / "k" / META).read_text())
+    assert sorted(p["kind"] for p in meta["params"].values()) == ["constant", "packed", "shape"]
+    weight = next(a for a in graph.constants.values() if a.ndim == 2)
+    assert any(a is weight for a in kernel.constants), "the compiled kernel holds the plain weight"
+    loaded = load_kernel(tmp_path / "k", graph, 1)
+    assert not any(a is weight for a in loaded.constants)
+    held = [t for m in loaded.modules for t in vars(m).values() if isinstance(t, torch.Tensor) and t.numel() > 1
+            and not t.is_mkldnn and t.untyped_storage().nbytes() >= weight.nbytes]
+    assert not held, "a tensor as large as the weight is still held"
+
+
+class _ReadEachTime(Mapping):
+    """Constants as a loaded plan gives them: a read-only array read on each access, freed when
+    nobody holds it (LazyConstants), with a weak reference to every array handed out."""
+
+    def __init__(self, constants: Mapping[str, np.ndarray]) -> None:
+        self.constants = constants
+        self.handed: dict[str, list[weakref.ref]] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        array = np.array(self.constants[name], copy=True)
+        array.setflags(write=False)
+        self.handed.setdefault(name, []).append(weakref.ref(array))
+        return array
+
+    def __iter__(self):
+        return iter(self.constants)
+
+    def __len__(self) -> int:
+        return len(self.constants)
+
+
+def test_a_kernel_loaded_from_constants_read_on_demand_holds_what_its_views_read(tmp_path: Path) -> None:
+    """The arrays a loaded kernel's constants are views of stay alive with it; the plain weight it
+    packed again is read and let go (bert-base's plan then runs in onnxruntime's memory)."""
+    graph = mlp_gelu(np.random.default_rng(10))
+    kernel = _saved(graph, tmp_path / "k")
+    lazy = _ReadEachTime(graph.constants)
+    loaded = load_kernel(tmp_path / "k", replace(graph, constants=lazy), 1)
+    gc.collect()
+    meta = json.loads((tmp_path / "k" / META).read_text())
+    viewed = {p["constant"] for p in meta["params"].values() if p["kind"] == "constant"}
+    packed = {p["dense"]["constant"] for p in meta["params"].values() if p["kind"] == "packed"}
+    assert viewed and packed and not viewed & packed
+    for name in viewed:
+        assert any(ref() is not None for ref in lazy.handed[name]), f"{name} was freed under a view of it"
+    for name in packed:
+        assert all(ref() is None for ref in lazy.handed[name]), f"the plain weight {name} is still held"
+    rng = np.random.default_rng(11)
+    inputs = [rng.standard_normal(graph.types[n].shape).astype(F32) for n in graph.inputs]
+    for want, got in zip(kernel.run(inputs), loaded.run(inputs)):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_damaged_saved_kernel_is_refused_by_name(tmp_path: Path) -> None:

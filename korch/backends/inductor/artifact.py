@@ -18,8 +18,11 @@ constants is stored as where it sits in that constant, so each weight is stored 
 Weights Inductor packed for MKL or oneDNN (opaque tensors, tied to their address) are not stored:
 they are packed again at load, by the same op Inductor's freezing pass used, with the arguments
 recorded from the one call that uses them. A kernel that uses a packed weight any other way, or
-Triton, is not saved (KernelNotSaveable says why) and compiles at load as before. After loading, the
-kernel runs the saved inputs once and must give the saved outputs.
+Triton, is not saved (KernelNotSaveable says why) and compiles at load as before. MKL's packed
+linear keeps the plain weight beside the packed one, but reads only its shape at the batch it was
+packed for: a loaded kernel gets a one-element stand-in of that shape, so the plain weight is freed
+once packed (bert-base holds its linear weights once, not twice). After loading, the kernel runs the
+saved inputs once and must give the saved outputs.
 """
 
 from __future__ import annotations
@@ -100,21 +103,49 @@ REPACKS: dict[str, Repack] = {
 }
 
 
-class _PackedUses(TorchDispatchMode):
-    """Records, for every packed (mkldnn-layout) tensor an op reads, the op and its arguments."""
+@dataclass(frozen=True)
+class _Use:
+    op: str                    # the op's schema name, "mkl::_mkl_linear"
+    arg: str                   # which of its arguments the tensor was
+    args: dict[str, Any]       # all its arguments, by name
+
+
+class _Uses(TorchDispatchMode):
+    """Records, for every tensor an op reads, the op and its arguments."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.uses: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+        self.uses: dict[int, list[_Use]] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's signature)
         kwargs = kwargs or {}
         schema = func._schema
         named = dict(zip((a.name for a in schema.arguments), args)) | kwargs
-        for value in named.values():
-            if isinstance(value, torch.Tensor) and value.is_mkldnn:
-                self.uses.setdefault(id(value), []).append((schema.name, named))
+        for arg, value in named.items():
+            if isinstance(value, torch.Tensor):
+                self.uses.setdefault(id(value), []).append(_Use(schema.name, arg, named))
         return func(*args, **kwargs)
+
+
+def _only_shape_read(name: str, source: str, uses: Sequence[_Use]) -> bool:
+    """Whether the wrapper's global `name` is read only for its shape: it is the plain weight kept
+    beside MKL's packed one (ORI_W) in every `mkl::_mkl_linear` call that names it, and every such
+    call's batch is the one the weight was packed for. That op then reads the packed weight alone
+    and takes only the output width from ORI_W (torch's mkl_linear); a different batch would fall
+    back to ORI_W's values. Checked in the source too, since a view made outside torch's ops (the
+    wrapper's reinterpret_tensor) would hide a read from the recorded calls."""
+    if not uses or any(u.op != "mkl::_mkl_linear" or u.arg != "ORI_W" or not u.args["MKL_W"].is_mkldnn
+                       or u.args["X"].numel() // max(u.args["X"].shape[-1], 1) != u.args["batch_size"]
+                       for u in uses):
+        return False
+    reads = as_ori_w = 0
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+            reads += 1
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.ops.mkl._mkl_linear.default"
+              and len(node.args) > 2 and isinstance(node.args[2], ast.Name) and node.args[2].id == name):
+            as_ori_w += 1
+    return reads == as_ori_w
 
 
 def _recorded(value: Any) -> Any:
@@ -139,11 +170,12 @@ def save_kernel(kernel: InductorKernel, graph: Graph, directory: Path) -> None:
     imports = _inductor_imports(module, source)
     tensors = {name: value for name, value in vars(module).items() if isinstance(value, torch.Tensor)}
     inputs = warmup_inputs(graph)
-    recorder = _PackedUses()
+    recorder = _Uses()
     with torch.no_grad(), recorder:
         outputs = [y.numpy().copy() for y in _caller(module)(*map(torch.from_numpy, inputs))]
     stored: dict[str, np.ndarray] = {}
-    params = {name: _param(name, t, tensors, recorder.uses, graph, stored) for name, t in tensors.items()}
+    params = {name: _param(name, t, source, recorder.uses.get(id(t), []), graph, stored)
+              for name, t in tensors.items()}
 
     directory.mkdir(parents=True)
     try:
@@ -240,41 +272,41 @@ def _digest(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()
 
 
-def _param(name: str, t: torch.Tensor, tensors: Mapping[str, torch.Tensor],
-           uses: Mapping[int, list[tuple[str, dict[str, Any]]]], graph: Graph,
+def _param(name: str, t: torch.Tensor, source: str, uses: Sequence[_Use], graph: Graph,
            stored: dict[str, np.ndarray]) -> dict[str, Any]:
-    """How to make the wrapper's global `name` again: a view of a graph constant, a stored array, or
-    a weight packed again from one of those."""
+    """How to make the wrapper's global `name` again: a view of a graph constant, a stored array, a
+    weight packed again from one of those, or, for a tensor read only for its shape, any tensor of
+    that shape (so the plain copy of an MKL-packed weight is not kept once packed)."""
     if not t.is_mkldnn:
+        if _only_shape_read(name, source, uses):
+            return {"kind": "shape", "size": list(t.shape), "dtype": _numpy_dtype(name, t).str}
         return _dense(name, t, graph, stored)
-    found = uses.get(id(t), [])
-    ops = sorted({op for op, _ in found})
+    ops = sorted({u.op for u in uses})
     if len(ops) != 1 or ops[0] not in REPACKS:
         raise KernelNotSaveable(f"packed weight {name} is read by {', '.join(ops) or 'nothing'}; "
                                 f"korch repacks only for {', '.join(REPACKS)}")
     repack = REPACKS[ops[0]]
-    args = found[0][1]
-    if any(_recorded(a[k]) != _recorded(args[k]) for _, a in found for k in repack.recorded):
+    args = uses[0].args
+    if any(u.arg != repack.weight_arg for u in uses) or any(
+            _recorded(u.args[k]) != _recorded(args[k]) for u in uses for k in repack.recorded):
         raise KernelNotSaveable(f"packed weight {name} is read by {ops[0]} with different arguments")
-    if repack.dense_from == "self":
-        dense = _dense(f"{name}.dense", t.to_dense(), graph, stored)
-    else:
-        plain = args[repack.dense_from]
-        owner = next((n for n, other in tensors.items() if other is plain), None)
-        if owner is None:
-            raise KernelNotSaveable(f"packed weight {name}: its plain weight is not a constant of the wrapper")
-        dense = {"kind": "global", "name": owner}
+    plain = t.to_dense() if repack.dense_from == "self" else args[repack.dense_from]
+    dense = _dense(f"{name}'s plain weight", plain, graph, stored)
     return {"kind": "packed", "op": ops[0], "dense": dense,
             "args": {k: _recorded(args[k]) for k in repack.recorded}}
+
+
+def _numpy_dtype(name: str, t: torch.Tensor) -> np.dtype:
+    try:
+        return np.dtype(torch.empty(0, dtype=t.dtype).numpy().dtype)
+    except TypeError:
+        raise KernelNotSaveable(f"constant {name} has dtype {t.dtype}, which numpy cannot hold") from None
 
 
 def _dense(name: str, t: torch.Tensor, graph: Graph, stored: dict[str, np.ndarray]) -> dict[str, Any]:
     if t.layout != torch.strided or t.device.type != "cpu" or any(s < 0 for s in t.stride()):
         raise KernelNotSaveable(f"constant {name} is a {t.layout} tensor on {t.device}")
-    try:
-        dtype = np.dtype(torch.empty(0, dtype=t.dtype).numpy().dtype)
-    except TypeError:
-        raise KernelNotSaveable(f"constant {name} has dtype {t.dtype}, which numpy cannot hold") from None
+    dtype = _numpy_dtype(name, t)
     view = {"size": list(t.shape), "stride": list(t.stride()), "dtype": dtype.str}
     start = t.data_ptr()
     for constant, array in graph.constants.items():
@@ -307,9 +339,15 @@ def load_kernel(directory: Path, graph: Graph, threads: int) -> InductorKernel:
     meta = _read_meta(directory, threads)
     saved = _SavedKernels(directory, meta["kernels"])
     stored = _npz(directory / TENSORS)
-    constants = {}
-    for name in sorted(meta["params"], key=lambda n: meta["params"][n]["kind"] == "packed"):
-        constants[name] = _make(directory, name, meta["params"][name], graph, stored, constants)
+    # the graph's arrays its constants are views of (a view does not hold them), read first; the
+    # plain weights it packs again are read one at a time and not held, nor those it reads only
+    # for their shape
+    try:
+        held = tuple({id(a): a for a in (graph.constants[p["constant"]] for p in meta["params"].values()
+                                         if p["kind"] == "constant")}.values())
+    except KeyError as e:
+        raise SavedKernelError(f"{directory / META}: a constant is a view of {e}, which the graph does not have") from None
+    constants = {name: _make(directory, name, param, graph, stored) for name, param in meta["params"].items()}
     module = ModuleType(f"korch_saved_{_digest(str(directory))[:16]}")
     module.__file__ = str(directory / WRAPPER)
     vars(module)[_SAVED_KERNELS] = saved
@@ -328,8 +366,7 @@ def load_kernel(directory: Path, graph: Graph, threads: int) -> InductorKernel:
     source = "\n".join(lines) + "\n"
     exec(compile(source, module.__file__, "exec"), vars(module))  # noqa: S102 (the plan's own checked code)
     vars(module).update(constants)
-    kernel = InductorKernel(_caller(module), threads, "cpu", tuple(meta["copies"]), (module,),
-                            tuple(graph.constants.values()))
+    kernel = InductorKernel(_caller(module), threads, "cpu", tuple(meta["copies"]), (module,), held)
     _check(directory, kernel)
     return kernel
 
@@ -393,28 +430,40 @@ def _npz(path: Path) -> Mapping[str, np.ndarray]:
         raise SavedKernelError(f"{path}: {type(e).__name__}: {e}") from None
 
 
-def _make(directory: Path, name: str, param: Mapping[str, Any], graph: Graph, stored: Mapping[str, np.ndarray],
-          made: Mapping[str, torch.Tensor]) -> torch.Tensor:
+def _make(directory: Path, name: str, param: Mapping[str, Any], graph: Graph,
+          stored: Mapping[str, np.ndarray]) -> torch.Tensor:
+    """The tensor `param` describes. A view of a graph constant does not hold the array it views:
+    load_kernel holds those (the array of a plain weight packed here is held only until packed)."""
     if param["kind"] == "packed":
-        dense = param["dense"]
-        plain = made[dense["name"]] if dense["kind"] == "global" else _make(directory, name, dense, graph, stored, made)
+        plain, owner = _view(directory, name, param["dense"], graph, stored)
         with torch.no_grad():
-            return REPACKS[param["op"]].make(plain, param["args"])
+            packed = REPACKS[param["op"]].make(plain, param["args"])
+        del plain, owner
+        return packed
+    if param["kind"] == "shape":          # read for its shape alone: one element, broadcast
+        dtype = torch.from_numpy(np.empty(0, np.dtype(param["dtype"]))).dtype
+        return torch.zeros((1,) * len(param["size"]), dtype=dtype).expand(param["size"])
+    return _view(directory, name, param, graph, stored)[0]
+
+
+def _view(directory: Path, name: str, param: Mapping[str, Any], graph: Graph,
+          stored: Mapping[str, np.ndarray]) -> tuple[torch.Tensor, np.ndarray]:
+    """A view of a graph constant or a stored array, and that array (which the view does not hold)."""
     if param["kind"] == "constant":
         if param["constant"] not in graph.constants:
             raise SavedKernelError(f"{directory / META}: {name} is a view of {param['constant']}, not in the graph")
         array = graph.constants[param["constant"]]
         offset = param["offset"]
     else:
-        array = stored[param["array"]]
+        array = np.ascontiguousarray(stored[param["array"]])
         offset = 0
-    if array.dtype.str != param["dtype"]:
+    if array.dtype.str != param["dtype"] or not array.flags.c_contiguous:
         raise SavedKernelError(f"{directory / META}: {name} is {param['dtype']}, its array {array.dtype}")
-    flat = torch.from_numpy(writable_alias(np.ascontiguousarray(array)).reshape(-1))
+    flat = torch.from_numpy(writable_alias(array).reshape(-1))
     span = 1 + sum((n - 1) * s for n, s in zip(param["size"], param["stride"])) if all(param["size"]) else 0
     if offset + span > flat.numel():
         raise SavedKernelError(f"{directory / META}: {name} reaches past its array")
-    return flat.as_strided(param["size"], param["stride"], offset)
+    return flat.as_strided(param["size"], param["stride"], offset), array
 
 
 def _caller(module: ModuleType) -> Callable[..., tuple[torch.Tensor, ...]]:
