@@ -9,6 +9,7 @@ temporary directory renamed into place) and never changed; a plan copies the one
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -36,20 +37,33 @@ def kernel_digest(plan: Plan, step: Step, threads: int, weights: str) -> str:
 
 
 def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: str) -> Plan:
-    """`plan` with `artifacts` for each step whose engine saves kernels: the stored one, or the
-    session's kernel stored now. A step with neither (a remembered plan, first seen by this cache)
-    is compiled when the plan is saved."""
+    """`plan` with `artifacts` for each step whose engine saves kernels: the stored one, or else the
+    session's kernel, or (a remembered plan that was not compiled, first seen without its kernels
+    here) the kernel compiled now, stored. A plan is optimized to be run, so the compile is not
+    wasted, and it is paid once: later runs, and the plan's save and load, compile nothing."""
+    from korch.runtime.session import compile_step
+
     artifacts = dict(plan.artifacts)
     for k, (step, threads) in enumerate(zip(plan.steps, plan.step_threads())):
         backend = get_backend(step.backend)
         if not backend.saves_kernels or step in artifacts:
             continue
         entry = cache_dir / STORE_DIR / kernel_digest(plan, step, threads, weights)
-        if not entry.is_dir() and session is not None:
-            _store(plan, step, session.kernels[k], entry)
+        if not entry.is_dir() and not _refused(entry).is_file():
+            if session is not None:
+                kernel = session.kernels[k]
+            else:
+                log.info("compiling step %d (%s) to keep it compiled", k + 1, step.backend)
+                kernel = compile_step(plan, step, threads)
+            _store(plan, step, kernel, entry)
         if entry.is_dir():
             artifacts[step] = entry
     return replace(plan, artifacts=artifacts)
+
+
+def _refused(entry: Path) -> Path:
+    """Where the reason a kernel cannot be kept compiled is written."""
+    return entry.with_suffix(".not-saveable")
 
 
 def _store(plan: Plan, step: Step, kernel: object, entry: Path) -> None:
@@ -65,6 +79,8 @@ def _store(plan: Plan, step: Step, kernel: object, entry: Path) -> None:
         os.replace(tmp / "k", entry)
     except KernelNotSaveable as e:
         log.info("the %s kernel of step %s is not kept compiled: %s", step.backend, step.key[:12], e)
+        with contextlib.suppress(OSError):
+            _refused(entry).write_text(f"{e}\n")         # not compiled again to find that out
     except OSError as e:
         if not entry.is_dir():          # (another process may have stored it first)
             log.warning("cannot keep a compiled kernel in %s: %s", entry.parent, e)
