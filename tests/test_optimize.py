@@ -332,6 +332,18 @@ def test_a_saved_inductor_plan_loads_and_runs_without_a_compiler(tmp_path: Path,
     for diff in diff_outputs(dict(zip(plan.graph.outputs, outputs)), run_onnxruntime(model, feeds)):
         assert diff.rel <= DEFAULT_RTOL, diff
 
+    # A saved kernel's files are the plan's: an edited wrapper or a missing extension module is
+    # refused at load by name, never run or silently compiled again.
+    edited = Path(shutil.copytree(target, tmp_path / "edited"))
+    with open(edited / "kernels" / "0" / "wrapper.py", "a") as f:
+        f.write("\n# edited\n")
+    with pytest.raises(PlanError, match=r"damaged plan \(kernels/0/wrapper.py is \d+ bytes, the plan wrote"):
+        runtime.load(edited)
+    missing = Path(shutil.copytree(target, tmp_path / "missing"))
+    (missing / "kernels" / "0" / "k0.so").unlink()
+    with pytest.raises(PlanError, match="kernels/0/k0.so is missing"):
+        runtime.load(missing)
+
 
 def test_saved_onnxruntime_plan_runs_without_onnx_or_the_optimizer(db: ProfileDB, tmp_path: Path) -> None:
     """A saved plan holds its onnxruntime regions as ready models (kernels/<step>.onnx, weights in

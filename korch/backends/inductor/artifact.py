@@ -379,7 +379,8 @@ def _read_meta(directory: Path, threads: int) -> dict[str, Any]:
     if meta.get("format") != ARTIFACT_FORMAT:
         raise SavedKernelError(f"{directory / META}: format {meta.get('format')} is not {ARTIFACT_FORMAT}")
     if meta["torch"] != torch.__version__:
-        raise SavedKernelError(f"{directory}: compiled with torch {meta['torch']}, this is torch {torch.__version__}")
+        raise SavedKernelError(f"{directory}: compiled with torch {meta['torch']}, this is torch {torch.__version__}; "
+                               "re-run korch optimize with this torch")
     if meta["threads"] != threads:
         raise SavedKernelError(f"{directory}: compiled for {meta['threads']} threads, asked for {threads}")
     return meta
