@@ -89,7 +89,7 @@ class Plan:
     # is compiled from the source or the primitive graph.
     models: Mapping[Step, Path] = field(default_factory=dict)
     # Compiled kernels saved by their engine (Backend.save_kernel), by step: a loaded plan's own, or
-    # those kept in the profile cache (korch/runtime/store.py). A step of such an engine not here is
+    # those kept in the profile cache (plan/store.py). A step of such an engine not here is
     # compiled to save it, and at load.
     artifacts: Mapping[Step, Path] = field(default_factory=dict)
     # Which steps run side by side, on how many threads each (plan/schedule.py); None: one after
@@ -156,6 +156,16 @@ def step_onnx_nodes(graph: Graph, step: Step) -> tuple[str, ...]:
     return step.onnx_nodes or tuple(dict.fromkeys(graph.nodes[i].origin for i in step.nodes))
 
 
+def step_graph(plan: Plan, step: Step, read_constants: bool = True) -> Graph:
+    """The step's primitives as the standalone graph its kernel is compiled from (and a saved
+    kernel loaded for); `read_constants=False` reads each constant only when asked for."""
+    from korch.candidates import Candidate
+    from korch.candidates.candidate import extract_subgraph
+
+    candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes)
+    return extract_subgraph(plan.graph, candidate, read_constants)
+
+
 def _name(step: Step) -> str:
     shown = ", ".join(map(str, step.nodes[:_NAMED_NODES])) + (", ..." if len(step.nodes) > _NAMED_NODES else "")
     return f"the {step.backend} kernel of primitives [{shown}]"
@@ -177,7 +187,8 @@ def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | No
         save_graph(plan.graph, tmp, mapped)
         meta = {"format": PLAN_FORMAT, "korch_version": plan.korch_version, "machine": plan.machine,
                 "threads": plan.threads, "steps": [asdict(s) for s in plan.steps], "summary": dict(plan.summary),
-                "models": models, "artifacts": artifacts, "schedule": plan.schedule.to_json() if plan.schedule is not None else None}
+                "models": models, "artifacts": artifacts,
+                "schedule": plan.schedule.to_json() if plan.schedule is not None else None}
         (tmp / "plan.json").write_text(json.dumps(meta, indent=1))
         _write_manifest(tmp)
     return Path(directory)
@@ -454,15 +465,11 @@ def _save_kernels(plan: Plan, directory: Path) -> dict[str, str]:
             saved[str(k)] = name
             continue
         from korch.backends.base import KernelNotSaveable
-        from korch.candidates import Candidate
-        from korch.candidates.candidate import extract_subgraph
         from korch.runtime.session import compile_step
 
         log.info("compiling step %d (%s) to save it compiled", k + 1, _name(step))
         try:
-            sub = extract_subgraph(plan.graph, Candidate(step.nodes, step.inputs, step.outputs, step.key,
-                                                         step.onnx_nodes))
-            backend.save_kernel(compile_step(plan, step, plan.step_threads()[k]), sub, target)
+            backend.save_kernel(compile_step(plan, step, plan.step_threads()[k]), step_graph(plan, step), target)
         except KernelNotSaveable as e:
             log.warning("step %d (%s) is not saved compiled (%s); it compiles when the plan loads", k + 1,
                         _name(step), e)

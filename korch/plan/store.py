@@ -2,9 +2,10 @@
 remembered selection, not compiled) holds its kernels compiled without compiling them again.
 
 A kernel is kept under cache/kernels/<digest>, the digest of everything its code and constants
-depend on: korch's version, the machine, the engine and its version, the candidate (its structure)
-and the model's weights (its constants), and the thread count. Entries are written whole (a
-temporary directory renamed into place) and never changed; a plan copies the one it uses.
+depend on: korch's code (version.py code_version), the machine, the engine and its version, the
+candidate (its structure), the model's weights (its constants), and the thread count. Entries are
+written whole (a temporary directory renamed into place) and never changed; a plan copies the one
+it uses.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from korch.backends import get_backend
-from korch.plan.plan import Plan, Step
+from korch.plan.plan import Plan, Step, step_graph
+from korch.version import code_version
 
 if TYPE_CHECKING:
     from korch.runtime.session import Session
@@ -32,7 +34,9 @@ STORE_DIR = "kernels"
 
 def kernel_digest(plan: Plan, step: Step, threads: int, weights: str) -> str:
     backend = get_backend(step.backend)
-    parts = (plan.korch_version, plan.machine, step.backend, backend.version, step.key, str(threads), weights)
+    # korch's code version, not its package version: the graph a kernel is compiled from is korch's
+    # lowering, which can change (be fixed) without a release
+    parts = (code_version(), plan.machine, step.backend, backend.version, step.key, str(threads), weights)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 
 
@@ -68,14 +72,11 @@ def _refused(entry: Path) -> Path:
 
 def _store(plan: Plan, step: Step, kernel: object, entry: Path) -> None:
     from korch.backends.base import KernelNotSaveable
-    from korch.candidates import Candidate
-    from korch.candidates.candidate import extract_subgraph
 
     entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
     try:
-        sub = extract_subgraph(plan.graph, Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes))
-        get_backend(step.backend).save_kernel(kernel, sub, tmp / "k")       # type: ignore[arg-type]
+        get_backend(step.backend).save_kernel(kernel, step_graph(plan, step), tmp / "k")       # type: ignore[arg-type]
         os.replace(tmp / "k", entry)
     except KernelNotSaveable as e:
         log.info("the %s kernel of step %s is not kept compiled: %s", step.backend, step.key[:12], e)

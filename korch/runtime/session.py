@@ -27,7 +27,7 @@ from korch.backends.placement import Placement, pinned, placement
 from korch.errors import ExitCode, KorchError, UsageError
 from korch.ir.types import TensorType
 from korch.plan import Plan, PlanError, Step, load_plan
-from korch.plan.plan import step_onnx_nodes
+from korch.plan.plan import step_graph, step_onnx_nodes
 from korch.plan.schedule import sequential
 from korch.runtime.lanes import LanePool
 
@@ -85,13 +85,9 @@ def compile_step(plan: Plan, step: Step, threads: int | None = None) -> Kernel:
     saved = plan.artifacts.get(step) if threads == plan.step_threads()[k] else None
     if saved is not None:
         from korch.backends.base import SavedKernelError
-        from korch.candidates import Candidate
-        from korch.candidates.candidate import extract_subgraph
 
-        sub = extract_subgraph(plan.graph, Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes),
-                               read_constants=False)
         try:
-            return get_backend(step.backend).load_kernel(saved, sub, options)
+            return get_backend(step.backend).load_kernel(saved, step_graph(plan, step, read_constants=False), options)
         except SavedKernelError as e:
             raise PlanError(f"step {k + 1}'s saved {step.backend} kernel: {e}") from None
     model = plan.models.get(step)
