@@ -7,6 +7,7 @@ is checked inside ONE compiled graph rather than one compile per primitive.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -140,7 +141,9 @@ def test_every_primitive_has_a_lowering() -> None:
     assert set(LOWERINGS) == set(OPS) - {OPAQUE}
 
 
-def test_all_primitives_in_one_compiled_graph(caplog: pytest.LogCaptureFixture) -> None:
+def test_all_primitives_in_one_compiled_graph(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    """Every primitive's lowering, in one compiled graph, against the reference; and the same kernel
+    saved and loaded back without compiling (artifact.py), against the reference again."""
     seed = int(np.random.default_rng().integers(2**31))
     graph, feeds = all_primitives_graph(np.random.default_rng(seed))
     assert {n.op for n in graph.nodes} == set(OPS) - {OPAQUE}
@@ -152,6 +155,10 @@ def test_all_primitives_in_one_compiled_graph(caplog: pytest.LogCaptureFixture) 
     _run_and_compare(graph, kernel, feeds, seed)
     _, fresh = all_primitives_graph(np.random.default_rng(seed + 1))          # same graph shape, new inputs
     _run_and_compare(graph, kernel, fresh, seed + 1)
+    backend.save_kernel(kernel, graph, tmp_path / "saved")
+    loaded = backend.load_kernel(tmp_path / "saved", graph, CompileOptions(threads=1))
+    _, fresh = all_primitives_graph(np.random.default_rng(seed + 2))
+    _run_and_compare(graph, loaded, fresh, seed + 2)
 
 
 @pytest.mark.parametrize("make,threads", [(mlp_gelu, 1), (conv_bias_relu, 2)])

@@ -49,6 +49,7 @@ GRAPHS = {
     "matmul packed for MKL, transposed weight": lambda rng: mlp_gelu(rng, preactivation_output=True),
     "conv packed for oneDNN": conv_bias_relu,
     "one weight packed for two matmuls": shared_weight_mlp,
+    "conv transpose packed for oneDNN": conv_transpose_relu,
 }
 
 
@@ -168,13 +169,18 @@ def test_a_damaged_saved_kernel_is_refused_by_name(tmp_path: Path) -> None:
 
 
 def test_a_kernel_that_cannot_be_saved_says_why_and_leaves_nothing(tmp_path: Path) -> None:
-    """A transposed conv's packed weight does not unpack to the weight it was packed from, so korch
-    cannot pack it again at load: the kernel is not saved (a plan compiles it at load instead)."""
+    """A grouped transposed conv's packed weight unpacks in a layout korch does not know, so it cannot
+    be packed again at load: the kernel is not saved (a plan compiles it at load instead)."""
     from korch.backends.base import KernelNotSaveable
 
-    graph = conv_transpose_relu(np.random.default_rng(5))
+    b = GraphBuilder("grouped_conv_transpose")
+    x = b.add_input("x", TensorType((1, 4, 8, 8), DType.FLOAT32))
+    w = b.add_constant(np.random.default_rng(5).standard_normal((4, 3, 3, 3)).astype(F32))
+    y = b.emit("conv_transpose", [x, w], {"strides": (2, 2), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 2,
+                                          "output_padding": (1, 1)})
+    graph = check_graph(b.build([("y", b.emit("relu", [y]))]))
     kernel = InductorBackend().compile(graph, CompileOptions(threads=1))
-    with pytest.raises(KernelNotSaveable, match="read by mkldnn::_convolution_transpose_pointwise; korch repacks only"):
+    with pytest.raises(KernelNotSaveable, match="cannot tell what mkldnn::_convolution_transpose_pointwise's weight"):
         InductorBackend().save_kernel(kernel, graph, tmp_path / "k")
     assert not (tmp_path / "k").exists()
 

@@ -34,6 +34,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ from korch.backends.base import KernelNotSaveable, SavedKernelError, writable_al
 from korch.backends.inductor.backend import InductorKernel, warmup_inputs
 from korch.ir.graph import Graph
 
-ARTIFACT_FORMAT = 1
+ARTIFACT_FORMAT = 2
 META = "artifact.json"
 WRAPPER = "wrapper.py"
 TENSORS = "tensors.npz"
@@ -74,13 +75,16 @@ _INDUCTOR_NAMES = frozenset({"AsyncCompile", "extern_kernels", "run_intermediate
 
 @dataclass(frozen=True)
 class Repack:
-    """How to pack a weight again: `make(dense, call_args)` -> the packed tensor, where `dense` is
-    the plain weight and `call_args` the arguments of the op that read it, by schema name."""
+    """How to pack a weight again: `plain(packed, call_args)` is the weight it was packed from (None
+    where korch cannot tell), `make(plain, call_args)` packs it, where `call_args` are the arguments
+    of the op that read it, by schema name (tensors as their shapes). A oneDNN-packed weight is
+    checked at save: packing its plain weight again must give the same tensor."""
 
     weight_arg: str
-    dense_from: str            # "self": the packed tensor's own to_dense(); else the arg holding the plain weight
+    plain: Callable[[torch.Tensor, Mapping[str, Any]], torch.Tensor | None]
     make: Callable[[torch.Tensor, Mapping[str, Any]], torch.Tensor]
     recorded: tuple[str, ...]  # call arguments kept in the artifact (shapes of tensors, other values as is)
+    unpacks: bool = True       # to_dense() reads the packed weight back (oneDNN's; not MKL's)
 
 
 def _conv(dense: torch.Tensor, a: Mapping[str, Any]) -> torch.Tensor:
@@ -88,18 +92,29 @@ def _conv(dense: torch.Tensor, a: Mapping[str, Any]) -> torch.Tensor:
                                                         a["X"])
 
 
+def _conv_transpose(dense: torch.Tensor, a: Mapping[str, Any]) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_convolution_transpose_weight(dense, a["padding"], a["output_padding"],
+                                                                  a["stride"], a["dilation"], a["groups"], a["X"])
+
+
+def _unpacked_transposed(packed: torch.Tensor, a: Mapping[str, Any]) -> torch.Tensor | None:
+    """A transposed conv's weight (in, out, kh, kw) unpacks as (out, in, kh, kw); with groups the
+    layout is not known here."""
+    return packed.to_dense().transpose(0, 1).contiguous() if a["groups"] == 1 else None
+
+
 _CONV_ARGS = ("X", "padding", "stride", "dilation", "groups")
 REPACKS: dict[str, Repack] = {
     # Inductor's freezing: packed = mkl._mkl_reorder_linear_weight(W transposed, batch), and the call
     # keeps that same W beside it (ORI_W)
-    "mkl::_mkl_linear": Repack("MKL_W", "ORI_W",
+    "mkl::_mkl_linear": Repack("MKL_W", lambda t, a: a["ORI_W"],
                                lambda w, a: torch.ops.mkl._mkl_reorder_linear_weight(w, a["batch_size"]),
-                               ("batch_size",)),
-    "mkldnn::_linear_pointwise": Repack("W", "self",
+                               ("batch_size",), unpacks=False),
+    "mkldnn::_linear_pointwise": Repack("W", lambda t, a: t.to_dense(),
                                         lambda w, a: torch.ops.mkldnn._reorder_linear_weight(w, a["X"][0]), ("X",)),
-    "mkldnn::_convolution_pointwise": Repack("W", "self", _conv, _CONV_ARGS),
-    # (not mkldnn::_convolution_transpose_pointwise: its packed weight unpacks with in and out channels
-    # swapped, not as the weight it was packed from; such kernels compile at load)
+    "mkldnn::_convolution_pointwise": Repack("W", lambda t, a: t.to_dense(), _conv, _CONV_ARGS),
+    "mkldnn::_convolution_transpose_pointwise": Repack("W", _unpacked_transposed, _conv_transpose,
+                                                       _CONV_ARGS + ("output_padding",)),
 }
 
 
@@ -170,12 +185,18 @@ def save_kernel(kernel: InductorKernel, graph: Graph, directory: Path) -> None:
     imports = _inductor_imports(module, source)
     tensors = {name: value for name, value in vars(module).items() if isinstance(value, torch.Tensor)}
     inputs = warmup_inputs(graph)
+    feeds = [torch.from_numpy(x) for x in inputs]
+    args = _call_args(kernel, module, feeds)
     recorder = _Uses()
     with torch.no_grad(), recorder:
-        outputs = [y.numpy().copy() for y in _caller(module)(*map(torch.from_numpy, inputs))]
+        through_call = [y.numpy().copy() for y in module.call(list(args))]
+    outputs = kernel.run(inputs)            # what the check at load must find: the compiled kernel's own
+    if _differ(through_call, outputs) is not None:
+        raise KernelNotSaveable("its wrapper's call gives other outputs than the compiled kernel")
     stored: dict[str, np.ndarray] = {}
     params = {name: _param(name, t, source, recorder.uses.get(id(t), []), graph, stored)
               for name, t in tensors.items()}
+    slots = [_slot(k, a, feeds, graph, stored) for k, a in enumerate(args)]
 
     directory.mkdir(parents=True)
     try:
@@ -189,11 +210,45 @@ def save_kernel(kernel: InductorKernel, graph: Graph, directory: Path) -> None:
                  **{f"out{k}": y for k, y in enumerate(outputs)})
         meta = {"format": ARTIFACT_FORMAT, "torch": torch.__version__, "threads": kernel.threads,
                 "copies": list(kernel.copies), "compiler_line": line, "inductor_imports": imports,
-                "kernels": files, "params": params}
+                "kernels": files, "params": params, "call": slots}
         (directory / META).write_text(json.dumps(meta, indent=1))
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
+
+
+def _call_args(kernel: InductorKernel, module: ModuleType, feeds: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The arguments the compiled kernel passes its wrapper's `call` for `feeds`: the feeds, after
+    any constant Inductor did not freeze (one it returns as an output, say), which the compiled
+    kernel's runtime holds and passes first. Seen by profiling the one call."""
+    code = getattr(module.call, "__code__", None) or module.call.__func__.__code__
+    seen: list[list[torch.Tensor]] = []
+
+    def watch(frame, event, arg):  # noqa: ANN001, ANN202 (sys.setprofile's signature)
+        if event == "call" and frame.f_code is code and not seen:
+            seen.append(list(frame.f_locals["args"]))
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        with torch.no_grad():
+            kernel.fn(*feeds)
+    finally:
+        sys.setprofile(previous)
+    if len(seen) != 1:
+        raise KernelNotSaveable("the compiled kernel did not call its wrapper once")
+    return seen[0]
+
+
+def _slot(k: int, arg: object, feeds: Sequence[torch.Tensor], graph: Graph,
+          stored: dict[str, np.ndarray]) -> dict[str, Any]:
+    """What the wrapper's `call` takes as its k-th argument: one of the kernel's inputs, or a constant."""
+    index = next((i for i, feed in enumerate(feeds) if arg is feed), None)
+    if index is not None:
+        return {"input": index}
+    if not isinstance(arg, torch.Tensor):
+        raise KernelNotSaveable(f"its wrapper takes a {type(arg).__name__} as argument {k}")
+    return {"constant": _dense(f"argument {k} of its wrapper", arg, graph, stored)}
 
 
 def _wrapper_module(kernel: InductorKernel) -> ModuleType:
@@ -290,10 +345,17 @@ def _param(name: str, t: torch.Tensor, source: str, uses: Sequence[_Use], graph:
     if any(u.arg != repack.weight_arg for u in uses) or any(
             _recorded(u.args[k]) != _recorded(args[k]) for u in uses for k in repack.recorded):
         raise KernelNotSaveable(f"packed weight {name} is read by {ops[0]} with different arguments")
-    plain = t.to_dense() if repack.dense_from == "self" else args[repack.dense_from]
+    recorded = {k: _recorded(args[k]) for k in repack.recorded}
+    plain = repack.plain(t, args)
+    if plain is None:
+        raise KernelNotSaveable(f"packed weight {name}: korch cannot tell what {ops[0]}'s weight was packed from")
+    if repack.unpacks:
+        with torch.no_grad():
+            again = repack.make(plain, recorded)
+        if again.shape != t.shape or not torch.equal(again.to_dense(), t.to_dense()):
+            raise KernelNotSaveable(f"packed weight {name}: packing its plain weight again gives another tensor")
     dense = _dense(f"{name}'s plain weight", plain, graph, stored)
-    return {"kind": "packed", "op": ops[0], "dense": dense,
-            "args": {k: _recorded(args[k]) for k in repack.recorded}}
+    return {"kind": "packed", "op": ops[0], "dense": dense, "args": recorded}
 
 
 def _numpy_dtype(name: str, t: torch.Tensor) -> np.dtype:
@@ -337,6 +399,13 @@ def load_kernel(directory: Path, graph: Graph, threads: int) -> InductorKernel:
     """The kernel saved in `directory` for `graph`, checked against the outputs it gave when saved.
     Raises SavedKernelError naming what does not match."""
     meta = _read_meta(directory, threads)
+    try:
+        return _load(directory, graph, threads, meta)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise SavedKernelError(f"{directory / META}: not as korch wrote it ({type(e).__name__}: {e})") from None
+
+
+def _load(directory: Path, graph: Graph, threads: int, meta: Mapping[str, Any]) -> InductorKernel:
     saved = _SavedKernels(directory, meta["kernels"])
     stored = _npz(directory / TENSORS)
     # the graph's arrays its constants are views of (a view does not hold them), read first; the
@@ -366,7 +435,15 @@ def load_kernel(directory: Path, graph: Graph, threads: int) -> InductorKernel:
     source = "\n".join(lines) + "\n"
     exec(compile(source, module.__file__, "exec"), vars(module))  # noqa: S102 (the plan's own checked code)
     vars(module).update(constants)
-    kernel = InductorKernel(_caller(module), threads, "cpu", tuple(meta["copies"]), (module,), held)
+    slots = []
+    for slot in meta["call"]:
+        if "input" in slot:
+            slots.append((int(slot["input"]), None))
+        else:
+            tensor, array = _view(directory, "an argument of its wrapper", slot["constant"], graph, stored)
+            held += (array,)
+            slots.append((None, tensor))
+    kernel = InductorKernel(_caller(module, slots), threads, "cpu", tuple(meta["copies"]), (module,), held)
     _check(directory, kernel)
     return kernel
 
@@ -376,8 +453,9 @@ def _read_meta(directory: Path, threads: int) -> dict[str, Any]:
         meta = json.loads((directory / META).read_text())
     except (OSError, ValueError) as e:
         raise SavedKernelError(f"{directory / META}: {type(e).__name__}: {e}") from None
-    if meta.get("format") != ARTIFACT_FORMAT:
-        raise SavedKernelError(f"{directory / META}: format {meta.get('format')} is not {ARTIFACT_FORMAT}")
+    found = meta.get("format") if isinstance(meta, dict) else None
+    if found != ARTIFACT_FORMAT:
+        raise SavedKernelError(f"{directory / META}: format {found} is not {ARTIFACT_FORMAT}; re-run korch optimize")
     if meta["torch"] != torch.__version__:
         raise SavedKernelError(f"{directory}: compiled with torch {meta['torch']}, this is torch {torch.__version__}; "
                                "re-run korch optimize with this torch")
@@ -467,12 +545,17 @@ def _view(directory: Path, name: str, param: Mapping[str, Any], graph: Graph,
     return flat.as_strided(param["size"], param["stride"], offset), array
 
 
-def _caller(module: ModuleType) -> Callable[..., tuple[torch.Tensor, ...]]:
+def _caller(module: ModuleType, slots: Sequence[tuple[int | None, torch.Tensor | None]]
+            ) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """The kernel's function: `call` of the wrapper, given the inputs in its order and the constants
+    it takes as arguments (slots: (input index, None) or (None, constant))."""
     call = module.call
-
-    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return call(list(inputs))
-
+    if all(k == i for i, (k, _) in enumerate(slots)):
+        def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return call(list(inputs))
+    else:
+        def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return call([inputs[k] if k is not None else c for k, c in slots])
     return run
 
 
@@ -480,10 +563,23 @@ def _check(directory: Path, kernel: InductorKernel) -> None:
     check = _npz(directory / CHECK)
     inputs = [check[f"in{k}"] for k in range(sum(k.startswith("in") for k in check))]
     expected = [check[f"out{k}"] for k in range(sum(k.startswith("out") for k in check))]
-    got = kernel.run(inputs)
+    k = _differ(kernel.run(inputs), expected)
+    if k is not None:
+        raise SavedKernelError(f"{directory}: output {k} differs from what the kernel gave when saved; "
+                               "re-run korch optimize")
+
+
+def _differ(got: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> int | None:
+    """The first output of `got` that is not `expected`'s: another shape or dtype, other integers, or
+    floats further apart than CHECK_RTOL of the output's largest finite magnitude (NaN matches NaN)."""
     for k, (y, want) in enumerate(zip(got, expected)):
-        scale = max(1.0, float(np.max(np.abs(want)))) if want.size and want.dtype.kind == "f" else 1.0
-        if y.shape != want.shape or y.dtype != want.dtype or (
-                want.size and float(np.max(np.abs(y.astype(np.float64) - want))) > CHECK_RTOL * scale):
-            raise SavedKernelError(f"{directory}: output {k} differs from what the kernel gave when saved; "
-                                "re-run korch optimize")
+        if y.shape != want.shape or y.dtype != want.dtype:
+            return k
+        if want.dtype.kind == "f":
+            finite = np.abs(want[np.isfinite(want)])
+            scale = max(1.0, float(finite.max(initial=0.0)))
+            if not np.allclose(y, want, rtol=0.0, atol=CHECK_RTOL * scale, equal_nan=True):
+                return k
+        elif not np.array_equal(y, want):
+            return k
+    return None if len(got) == len(expected) else min(len(got), len(expected))
