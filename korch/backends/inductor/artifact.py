@@ -17,8 +17,11 @@ constants is stored as where it sits in that constant, so each weight is stored 
 
 Weights Inductor packed for MKL or oneDNN (opaque tensors, tied to their address) are not stored:
 they are packed again at load, by the same op Inductor's freezing pass used, with the arguments
-recorded from the one call that uses them. A kernel that uses a packed weight any other way, or
-Triton, is not saved (KernelNotSaveable says why) and compiles at load as before. MKL's packed
+recorded from the one call that uses them; a oneDNN weight packed again is checked against the one
+Inductor packed. A kernel that uses a packed weight any other way (a grouped transposed conv's), or
+Triton, is not saved (KernelNotSaveable says why) and compiles at load as before. The wrapper's
+`call` may take constants Inductor did not freeze before the kernel's inputs: which, is seen by
+profiling the compiled kernel's one call, and they are saved as constants are. MKL's packed
 linear keeps the plain weight beside the packed one, but reads only its shape at the batch it was
 packed for: a loaded kernel gets a one-element stand-in of that shape, so the plain weight is freed
 once packed (bert-base holds its linear weights once, not twice). After loading, the kernel runs the
@@ -177,7 +180,50 @@ def _recorded(value: Any) -> Any:
 
 def save_kernel(kernel: InductorKernel, graph: Graph, directory: Path) -> None:
     """Write `kernel`, compiled from `graph`, into `directory` (which must not exist yet).
-    Raises KernelNotSaveable, leaving nothing behind, if it cannot be loaded back without compiling."""
+    Raises KernelNotSaveable, leaving nothing behind, if it cannot be loaded back without compiling
+    (including for any failure of korch's reading of Inductor's code: saving is never worth a
+    failed optimize; the kernel then compiles at load)."""
+    try:
+        saved = _analyse(kernel, graph)
+    except KernelNotSaveable:
+        raise
+    except Exception as e:           # an Inductor output korch did not foresee
+        raise KernelNotSaveable(f"korch could not read what Inductor made ({type(e).__name__}: {e})") from e
+    directory.mkdir(parents=True)
+    try:
+        (directory / WRAPPER).write_text(saved.source)
+        files = {}
+        for k, (digest, fn) in enumerate(sorted(saved.kernels.items())):
+            shutil.copyfile(fn.__self__.__file__, directory / f"k{k}.so")
+            files[digest] = {"file": f"k{k}.so", "module": fn.__self__.__name__, "function": fn.__name__}
+        np.savez(directory / TENSORS, **saved.stored)
+        np.savez(directory / CHECK, **{f"in{k}": x for k, x in enumerate(saved.inputs)},
+                 **{f"out{k}": y for k, y in enumerate(saved.outputs)})
+        meta = {"format": ARTIFACT_FORMAT, "torch": torch.__version__, "threads": kernel.threads,
+                "copies": list(kernel.copies), "compiler_line": saved.line, "inductor_imports": saved.imports,
+                "kernels": files, "params": saved.params, "call": saved.slots}
+        (directory / META).write_text(json.dumps(meta, indent=1))
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+@dataclass(frozen=True)
+class _Analysed:
+    """Everything save_kernel writes, worked out before anything is written."""
+
+    source: str                          # the wrapper
+    line: int                            # its COMPILER_LINE
+    kernels: dict[str, Any]              # C++ source digest -> the extension module's function
+    imports: dict[str, Any] | None       # _inductor_imports
+    params: dict[str, dict[str, Any]]    # the wrapper's tensor globals, as _param describes them
+    slots: list[dict[str, Any]]          # the arguments of its call, as _slot describes them
+    stored: dict[str, np.ndarray]        # arrays no graph constant holds
+    inputs: list[np.ndarray]             # the check's inputs
+    outputs: list[np.ndarray]            # and the compiled kernel's outputs for them
+
+
+def _analyse(kernel: InductorKernel, graph: Graph) -> _Analysed:
     module = _wrapper_module(kernel)
     source = Path(module.__file__).read_text()
     line = _compiler_line(source)
@@ -197,24 +243,7 @@ def save_kernel(kernel: InductorKernel, graph: Graph, directory: Path) -> None:
     params = {name: _param(name, t, source, recorder.uses.get(id(t), []), graph, stored)
               for name, t in tensors.items()}
     slots = [_slot(k, a, feeds, graph, stored) for k, a in enumerate(args)]
-
-    directory.mkdir(parents=True)
-    try:
-        (directory / WRAPPER).write_text(source)
-        files = {}
-        for k, (digest, fn) in enumerate(sorted(kernels.items())):
-            shutil.copyfile(fn.__self__.__file__, directory / f"k{k}.so")
-            files[digest] = {"file": f"k{k}.so", "module": fn.__self__.__name__, "function": fn.__name__}
-        np.savez(directory / TENSORS, **stored)
-        np.savez(directory / CHECK, **{f"in{k}": x for k, x in enumerate(inputs)},
-                 **{f"out{k}": y for k, y in enumerate(outputs)})
-        meta = {"format": ARTIFACT_FORMAT, "torch": torch.__version__, "threads": kernel.threads,
-                "copies": list(kernel.copies), "compiler_line": line, "inductor_imports": imports,
-                "kernels": files, "params": params, "call": slots}
-        (directory / META).write_text(json.dumps(meta, indent=1))
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
+    return _Analysed(source, line, kernels, imports, params, slots, stored, inputs, outputs)
 
 
 def _call_args(kernel: InductorKernel, module: ModuleType, feeds: Sequence[torch.Tensor]) -> list[torch.Tensor]:
