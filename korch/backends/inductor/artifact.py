@@ -38,6 +38,7 @@ import json
 import os
 import shutil
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,7 +146,27 @@ class _Uses(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def _only_shape_read(name: str, source: str, uses: Sequence[_Use]) -> bool:
+@dataclass(frozen=True)
+class _Reads:
+    """How often the wrapper reads each global name: at all, and as ORI_W of an mkl::_mkl_linear call."""
+
+    any: Counter[str]
+    as_ori_w: Counter[str]
+
+    @staticmethod
+    def of(tree: ast.Module) -> _Reads:
+        reads: Counter[str] = Counter()
+        as_ori_w: Counter[str] = Counter()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                reads[node.id] += 1
+            elif (isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.ops.mkl._mkl_linear.default"
+                  and len(node.args) > 2 and isinstance(node.args[2], ast.Name)):
+                as_ori_w[node.args[2].id] += 1
+        return _Reads(reads, as_ori_w)
+
+
+def _only_shape_read(name: str, reads: _Reads, uses: Sequence[_Use]) -> bool:
     """Whether the wrapper's global `name` is read only for its shape: it is the plain weight kept
     beside MKL's packed one (ORI_W) in every `mkl::_mkl_linear` call that names it, and every such
     call's batch is the one the weight was packed for. That op then reads the packed weight alone
@@ -156,14 +177,7 @@ def _only_shape_read(name: str, source: str, uses: Sequence[_Use]) -> bool:
                        or u.args["X"].numel() // max(u.args["X"].shape[-1], 1) != u.args["batch_size"]
                        for u in uses):
         return False
-    reads = as_ori_w = 0
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-            reads += 1
-        elif (isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.ops.mkl._mkl_linear.default"
-              and len(node.args) > 2 and isinstance(node.args[2], ast.Name) and node.args[2].id == name):
-            as_ori_w += 1
-    return reads == as_ori_w
+    return reads.any[name] == reads.as_ori_w[name]
 
 
 def _recorded(value: Any) -> Any:
@@ -226,9 +240,10 @@ class _Analysed:
 def _analyse(kernel: InductorKernel, graph: Graph) -> _Analysed:
     module = _wrapper_module(kernel)
     source = Path(module.__file__).read_text()
-    line = _compiler_line(source)
-    kernels = _extension_kernels(module, source)
-    imports = _inductor_imports(module, source)
+    tree = ast.parse(source)
+    line = _compiler_line(source, tree)
+    kernels = _extension_kernels(module, tree)
+    imports = _inductor_imports(module, tree)
     tensors = {name: value for name, value in vars(module).items() if isinstance(value, torch.Tensor)}
     inputs = warmup_inputs(graph)
     feeds = [torch.from_numpy(x) for x in inputs]
@@ -240,7 +255,8 @@ def _analyse(kernel: InductorKernel, graph: Graph) -> _Analysed:
     if _differ(through_call, outputs) is not None:
         raise KernelNotSaveable("its wrapper's call gives other outputs than the compiled kernel")
     stored: dict[str, np.ndarray] = {}
-    params = {name: _param(name, t, source, recorder.uses.get(id(t), []), graph, stored)
+    reads = _Reads.of(tree)
+    params = {name: _param(name, t, reads, recorder.uses.get(id(t), []), graph, stored)
               for name, t in tensors.items()}
     slots = [_slot(k, a, feeds, graph, stored) for k, a in enumerate(args)]
     return _Analysed(source, line, kernels, imports, params, slots, stored, inputs, outputs)
@@ -289,20 +305,19 @@ def _wrapper_module(kernel: InductorKernel) -> ModuleType:
     return wrappers[0]
 
 
-def _compiler_line(source: str) -> int:
+def _compiler_line(source: str, tree: ast.Module) -> int:
     """The line number of the wrapper's one top-level COMPILER_LINE statement."""
     lines = source.splitlines()
-    found = [node.lineno for node in ast.parse(source).body
+    found = [node.lineno for node in tree.body
              if isinstance(node, ast.Assign) and lines[node.lineno - 1] == COMPILER_LINE]
     if len(found) != 1:
         raise KernelNotSaveable(f"the wrapper does not make its compiler in one {COMPILER_LINE!r} line")
     return found[0]
 
 
-def _inductor_imports(module: ModuleType, source: str) -> dict[str, Any] | None:
+def _inductor_imports(module: ModuleType, tree: ast.Module) -> dict[str, Any] | None:
     """The wrapper's top-level `from torch._inductor... import` lines, and the torch functions its
     `extern_kernels` are, if loading can bind those instead of importing Inductor; None if not."""
-    tree = ast.parse(source)
     lines, names = [], set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch._inductor"):
@@ -328,10 +343,10 @@ def _inductor_imports(module: ModuleType, source: str) -> dict[str, Any] | None:
     return {"lines": lines, "extern_kernels": sorted(extern)}
 
 
-def _extension_kernels(module: ModuleType, source: str) -> dict[str, Any]:
+def _extension_kernels(module: ModuleType, tree: ast.Module) -> dict[str, Any]:
     """sha256 of each C++ kernel's source -> its loaded function; KernelNotSaveable for any other kind."""
     kernels = {}
-    for node in ast.parse(source).body:
+    for node in tree.body:
         if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
             continue
         call = node.value.func
@@ -356,13 +371,13 @@ def _digest(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()
 
 
-def _param(name: str, t: torch.Tensor, source: str, uses: Sequence[_Use], graph: Graph,
+def _param(name: str, t: torch.Tensor, reads: _Reads, uses: Sequence[_Use], graph: Graph,
            stored: dict[str, np.ndarray]) -> dict[str, Any]:
     """How to make the wrapper's global `name` again: a view of a graph constant, a stored array, a
     weight packed again from one of those, or, for a tensor read only for its shape, any tensor of
     that shape (so the plain copy of an MKL-packed weight is not kept once packed)."""
     if not t.is_mkldnn:
-        if _only_shape_read(name, source, uses):
+        if _only_shape_read(name, reads, uses):
             return {"kind": "shape", "size": list(t.shape), "dtype": _numpy_dtype(name, t).str}
         return _dense(name, t, graph, stored)
     ops = sorted({u.op for u in uses})
