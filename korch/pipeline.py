@@ -23,7 +23,7 @@ from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
 from korch.plan.buckets import Bucket, BucketedPlan, declared
-from korch.plan.store import keep_kernels
+from korch.plan.store import keep_kernels, keep_whole_model
 from korch.profile.boundaries import boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile
@@ -257,14 +257,15 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                                 settings.profile.cold_cache)
     calibrate_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
+    weights = graph.constants_digest()
+    keep = keep_whole_model(db.path.parent, machine, weights, settings.threads)
     profiled, guide = guided_profile(graph, pools, universe, db, settings, machine, onnx_source,
-                                     lambda p, c, v: boundaries.cost(p, c, graph.types[v]), progress)
+                                     lambda p, c, v: boundaries.cost(p, c, graph.types[v]), progress, keep)
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
     checker = plan_checker(graph, fissioned.model, settings)
-    weights = graph.constants_digest()
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker,
                                   weights)
     select_seconds = time.perf_counter() - t0

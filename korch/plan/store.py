@@ -16,11 +16,13 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from korch.backends import get_backend
+from korch.ir.graph import Graph
 from korch.plan.plan import Plan, Step, step_graph
 from korch.version import code_version
 
@@ -32,12 +34,26 @@ log = logging.getLogger("korch.plan")
 STORE_DIR = "kernels"
 
 
-def kernel_digest(plan: Plan, step: Step, threads: int, weights: str) -> str:
-    backend = get_backend(step.backend)
+def kernel_digest(machine: str, backend: str, key: str, threads: int, weights: str) -> str:
     # korch's code version, not its package version: the graph a kernel is compiled from is korch's
     # lowering, which can change (be fixed) without a release
-    parts = (code_version(), plan.machine, step.backend, backend.version, step.key, str(threads), weights)
+    parts = (code_version(), machine, backend, get_backend(backend).version, key, str(threads), weights)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
+
+
+def _entry(cache_dir: Path, plan: Plan, step: Step, threads: int, weights: str) -> Path:
+    return cache_dir / STORE_DIR / kernel_digest(plan.machine, step.backend, step.key, threads, weights)
+
+
+def stored_kernels(plan: Plan, cache_dir: Path, weights: str) -> Plan:
+    """`plan` with `artifacts` for the steps whose kernels the store holds; compiles nothing."""
+    artifacts = dict(plan.artifacts)
+    for step, threads in zip(plan.steps, plan.step_threads()):
+        if step not in artifacts and get_backend(step.backend).saves_kernels:
+            entry = _entry(cache_dir, plan, step, threads, weights)
+            if entry.is_dir():
+                artifacts[step] = entry
+    return replace(plan, artifacts=artifacts)
 
 
 def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: str) -> Plan:
@@ -47,22 +63,35 @@ def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: 
     wasted, and it is paid once: later runs, and the plan's save and load, compile nothing."""
     from korch.runtime.session import compile_step
 
+    plan = stored_kernels(plan, cache_dir, weights)
     artifacts = dict(plan.artifacts)
     for k, (step, threads) in enumerate(zip(plan.steps, plan.step_threads())):
-        backend = get_backend(step.backend)
-        if not backend.saves_kernels or step in artifacts:
+        if step in artifacts or not get_backend(step.backend).saves_kernels:
             continue
-        entry = cache_dir / STORE_DIR / kernel_digest(plan, step, threads, weights)
-        if not entry.is_dir() and not _refused(entry).is_file():
-            if session is not None:
-                kernel = session.kernels[k]
-            else:
-                log.info("compiling step %d (%s) to keep it compiled", k + 1, step.backend)
-                kernel = compile_step(plan, step, threads)
-            _store(plan, step, kernel, entry)
+        entry = _entry(cache_dir, plan, step, threads, weights)
+        if _refused(entry).is_file():
+            continue
+        if session is not None:
+            kernel = session.kernels[k]
+        else:
+            log.info("compiling step %d (%s) to keep it compiled", k + 1, step.backend)
+            kernel = compile_step(plan, step, threads)
+        keep_kernel(kernel, step_graph(plan, step), step.backend, entry)
         if entry.is_dir():
             artifacts[step] = entry
     return replace(plan, artifacts=artifacts)
+
+
+def keep_whole_model(cache_dir: Path, machine: str, weights: str, threads: int
+                     ) -> Callable[[str, str, object, Graph], None]:
+    """A profiler's `keep` (profile/profiler.py): stores a whole-model kernel it compiled and timed,
+    so that selection, which compiles each engine's whole model again for its duels, loads it."""
+    def keep(key: str, backend: str, kernel: object, graph: Graph) -> None:
+        if get_backend(backend).saves_kernels:
+            entry = cache_dir / STORE_DIR / kernel_digest(machine, backend, key, threads, weights)
+            if not entry.is_dir() and not _refused(entry).is_file():
+                keep_kernel(kernel, graph, backend, entry)
+    return keep
 
 
 def _refused(entry: Path) -> Path:
@@ -70,16 +99,18 @@ def _refused(entry: Path) -> Path:
     return entry.with_suffix(".not-saveable")
 
 
-def _store(plan: Plan, step: Step, kernel: object, entry: Path) -> None:
+def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path) -> None:
+    """Save `kernel`, compiled from `graph`, as the store's `entry`; a kernel its engine cannot save
+    is marked so (never compiled again to find out). Failing to write only logs."""
     from korch.backends.base import KernelNotSaveable
 
     entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
     try:
-        get_backend(step.backend).save_kernel(kernel, step_graph(plan, step), tmp / "k")       # type: ignore[arg-type]
+        get_backend(backend).save_kernel(kernel, graph, tmp / "k")       # type: ignore[arg-type]
         os.replace(tmp / "k", entry)
     except KernelNotSaveable as e:
-        log.info("the %s kernel of step %s is not kept compiled: %s", step.backend, step.key[:12], e)
+        log.info("the %s kernel %s is not kept compiled: %s", backend, entry.name[:12], e)
         with contextlib.suppress(OSError):
             _refused(entry).write_text(f"{e}\n")         # not compiled again to find that out
     except OSError as e:

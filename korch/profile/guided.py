@@ -40,7 +40,7 @@ from korch.costmodel import features_by_key, load_or_train
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record, Rejection
-from korch.profile.profiler import ProfileOutcome, Progress, accepted, profile, record_version
+from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
 from korch.select.blp import Option, SelectionError, solve
 from korch.settings import OptimizeSettings
 from korch.version import code_version
@@ -70,7 +70,8 @@ def candidate_option(cand: Candidate, backend: str, cost: float, index: int) -> 
 def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                    universe: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
                    machine: str, source: OnnxSource | None, boundary: BoundaryFn,
-                   progress: Progress | None = None) -> tuple[ProfileOutcome, GuideStats]:
+                   progress: Progress | None = None, keep: KeepKernel | None = None
+                   ) -> tuple[ProfileOutcome, GuideStats]:
     """Records for the candidates each backend may use: for a guided backend, chosen from all of
     `universe` by solving (module doc); for any other, every candidate of its budgeted `pools`."""
     ps = settings.profile
@@ -81,7 +82,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
             if model.booster is not None:
                 models[name] = model
     if not models:
-        return _profile(graph, pools, db, settings, machine, source, progress), GuideStats()
+        return _profile(graph, pools, db, settings, machine, source, progress, keep=keep), GuideStats()
     pools = {name: (universe[name] if name in models else pools[name]) for name in pools}
     problem = _problem_key(pools, models, settings, machine)
     done = db.guided_done(problem)
@@ -98,7 +99,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         for c in candidates:
             if c.size != whole and c.key not in stored:
                 pending.setdefault((c.key, name), c)
-    outcome = _profile(graph, first_pools, db, settings, machine, source, progress)
+    outcome = _profile(graph, first_pools, db, settings, machine, source, progress, keep=keep)
     if done:                      # a warm run: what the finished guided profiling measured, nothing more
         log.info("guided profiling of this model finished before: reading its %d records", len(outcome.records))
         return outcome, GuideStats(tuple(sorted(models)), 0, len(pending), True)
@@ -118,7 +119,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
         nonlocal measured
-        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error)
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
         records.update(more.records)
         usable.update({pair: r.median_s for pair, r in more.records.items()
                        if accepted(r, outcome.tolerance) and r.median_s})
@@ -206,9 +207,9 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
 
 def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
              machine: str, source: OnnxSource | None, progress: Progress | None,
-             fp32_error: float | None = None) -> ProfileOutcome:
+             fp32_error: float | None = None, keep: KeepKernel | None = None) -> ProfileOutcome:
     return profile(graph, pools, db, settings.threads, machine, settings.profile, settings.accuracy, settings.seed,
-                   progress, source, fp32_error)
+                   progress, source, fp32_error, keep)
 
 
 def _refusals(graph: Graph, pending: Mapping[tuple[str, str], Candidate], settings: OptimizeSettings,

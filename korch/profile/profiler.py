@@ -129,15 +129,21 @@ def _model_fp32_error(graph: Graph, source: OnnxSource | None, feeds: Mapping[st
     return max(fp32_errors(source.model, graph, feeds).values(), default=0.0)
 
 
+# Called with (candidate key, backend, kernel, the graph it was compiled from): plan/store.py's
+# keep_whole_model keeps an engine's whole-model kernel compiled for selection to load.
+KeepKernel = Callable[[str, str, Kernel, Graph], None]
+
+
 def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileDB, threads: int, machine: str,
             settings: ProfileSettings = ProfileSettings(), accuracy: AccuracyPolicy = AccuracyPolicy(),
             seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None,
-            fp32_error: float | None = None) -> ProfileOutcome:
+            fp32_error: float | None = None, keep: KeepKernel | None = None) -> ProfileOutcome:
     """Ensure a record for every (candidate key, backend) pair of `pools` (backend -> candidates).
 
     Stored records are reused. A kernel is accepted when it is within the accuracy policy's tolerance
     of the reference, given onnxruntime's own fp32 error on this model (`fp32_error` when the caller
-    knows it, else computed only when some kernel's acceptance depends on it).
+    knows it, else computed only when some kernel's acceptance depends on it). `keep` is handed each
+    whole-model kernel accepted and timed, before it is dropped (selection compiles those again).
     """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
@@ -179,7 +185,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         t0 = time.perf_counter()
         job, env = next(stream)
         seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
-        record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds, sweep)
+        record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds, sweep,
+                              keep)
         if record.kind is Rejection.TRANSIENT:
             transient.append(record)
         else:
@@ -214,7 +221,8 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
 
 def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions, threads: int,
                  machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float,
-                 seconds: dict[str, float] | None = None, sweep: CacheSweep | None = None) -> Record:
+                 seconds: dict[str, float] | None = None, sweep: CacheSweep | None = None,
+                 keep: KeepKernel | None = None) -> Record:
     """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
     kernel other than the whole model (ProfileSettings.cold_cache)."""
     backend = get_backend(job.backend)
@@ -262,6 +270,9 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
                          min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep,
                          precision=settings.precision)
     lap("timing")
+    if keep is not None and cand.size == len(graph.nodes):
+        keep(cand.key, job.backend, kernel, sub)
+        lap("keep")
     return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst,
                      code_version())
 

@@ -48,6 +48,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from korch.backends import Kernel
 from korch.errors import VerificationError
@@ -56,6 +57,7 @@ from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
 from korch.plan.plan import step_onnx_nodes
 from korch.plan.schedule import Schedule, ScheduleError
+from korch.plan.store import stored_kernels
 from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.timing import measure, side_by_side
@@ -172,8 +174,11 @@ class _Context:
 
     def __init__(self, graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                  source: OnnxSource | None, settings: OptimizeSettings, machine: str,
-                 boundaries: BoundaryModel, checker: PlanChecker | None) -> None:
+                 boundaries: BoundaryModel, checker: PlanChecker | None,
+                 store: tuple[Path, str] | None = None) -> None:
         from korch import __version__
+
+        self.store = store          # (cache dir, weights digest): where compiled kernels are kept (plan/store.py)
 
         self.graph, self.steps, self.source, self.settings = graph, steps, source, settings
         self.checker = checker
@@ -195,6 +200,11 @@ class _Context:
         # primitives on the same engine, such as their region, goes too)
         self.excluded: dict[str, str] = {}
         self.excluded_nodes: set[tuple[str, frozenset[int]]] = set()
+
+    def stored(self, plan: Plan) -> Plan:
+        """`plan` with the kernels the cache keeps compiled (profiling keeps each engine's whole model
+        there), so compiling it loads them instead."""
+        return plan if self.store is None else stored_kernels(plan, *self.store)
 
     def cost_key(self, step: Step) -> str:
         """Names a (candidate, backend) pair across runs (Option.key numbers options within one run)."""
@@ -317,7 +327,8 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     digest of the model's constants (Graph.constants_digest); a remembered plan that passed its check
     on the same weights is returned as it is, neither compiled, timed nor checked again."""
     ctx = _Context(graph, options, steps, source, settings, machine,
-                   boundaries if boundaries is not None else BoundaryModel(), checker)
+                   boundaries if boundaries is not None else BoundaryModel(), checker,
+                   (db.path.parent, weights) if db is not None and weights is not None else None)
     problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
@@ -555,6 +566,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         """Compile and check one engine's whole-model kernel; a contender if it passes."""
         tried.add(backend)
         plan, selection = ctx.whole_model(backend)
+        plan = ctx.stored(plan)
         try:
             session = compile_plan(plan)
         except Exception as e:  # it compiled when profiled; a failure now only removes a contender
