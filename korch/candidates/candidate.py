@@ -82,4 +82,4 @@ def extract_subgraph(graph: Graph, candidate: Candidate, read_constants: bool = 
     values = set(candidate.inputs) | set(names) | {n.output for n in nodes}
     types = {k: graph.types[k] for k in values}
     return Graph(f"{graph.name}:{candidate.key[:12]}", candidate.inputs, candidate.outputs, nodes,
-                 MappingProxyType(types), constants if not read_constants else MappingProxyType(constants))
+                 MappingProxyType(types), MappingProxyType(constants) if read_constants else constants)

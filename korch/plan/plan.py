@@ -9,7 +9,8 @@ Each onnxruntime region is also saved as its ready model, kernels/<step>.onnx, w
 original.weights: loading such a plan hands those bytes to onnxruntime and neither parses
 original.onnx nor imports onnx (read on first use, for another engine's region or a save).
 A kernel whose engine can save it compiled (backends/base.py `saves_kernels`: Inductor's) is saved
-as it was compiled, in kernels/<step>/, so that loading the plan compiles nothing and needs no compiler.
+as it was compiled, in kernels/<step>/ (copied from Plan.artifacts, which optimize fills: plan/store.py),
+so that loading the plan compiles nothing and needs no compiler.
 Each weight is stored once: a graph constant whose bytes original.weights holds is mapped from there
 (constants.json says where), not copied into constants.npz. manifest.json lists every file with its
 size and SHA-256; a plan whose files do not match it is refused at load, naming the file.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import mmap
 import os
 import shutil
@@ -41,8 +41,6 @@ from korch.plan.schedule import Schedule, ScheduleError, check_schedule
 
 if TYPE_CHECKING:
     import onnx
-
-log = logging.getLogger("korch.plan")
 
 PLAN_FORMAT = 4
 WEIGHTS_FILE = "original.weights"
@@ -89,8 +87,7 @@ class Plan:
     # is compiled from the source or the primitive graph.
     models: Mapping[Step, Path] = field(default_factory=dict)
     # Compiled kernels saved by their engine (Backend.save_kernel), by step: a loaded plan's own, or
-    # those kept in the profile cache (plan/store.py). A step of such an engine not here is
-    # compiled to save it, and at load.
+    # those kept in the profile cache (plan/store.py). A step not here compiles at load.
     artifacts: Mapping[Step, Path] = field(default_factory=dict)
     # Which steps run side by side, on how many threads each (plan/schedule.py); None: one after
     # another in plan order, each on all `threads`.
@@ -449,32 +446,14 @@ def _save_models(plan: Plan, saved: OnnxSource, directory: Path) -> dict[str, st
 
 
 def _save_kernels(plan: Plan, directory: Path) -> dict[str, str]:
-    """MODELS_DIR/<k>/ for every step whose engine saves its kernels compiled: copied from
-    plan.artifacts, or compiled now and saved (a kernel the engine cannot save compiles at load)."""
-    from korch.backends import get_backend
-
+    """MODELS_DIR/<k>/ for every step the plan holds compiled (plan.artifacts); returns step index ->
+    directory name relative to `directory`."""
     saved = {}
     for k, step in enumerate(plan.steps):
-        backend = get_backend(step.backend)
-        if not backend.saves_kernels:
-            continue
-        name = f"{MODELS_DIR}/{k}"
-        target = directory / name
         if step in plan.artifacts:
-            shutil.copytree(plan.artifacts[step], target)
+            name = f"{MODELS_DIR}/{k}"
+            shutil.copytree(plan.artifacts[step], directory / name)
             saved[str(k)] = name
-            continue
-        from korch.backends.base import KernelNotSaveable
-        from korch.runtime.session import compile_step
-
-        log.info("compiling step %d (%s) to save it compiled", k + 1, _name(step))
-        try:
-            backend.save_kernel(compile_step(plan, step, plan.step_threads()[k]), step_graph(plan, step), target)
-        except KernelNotSaveable as e:
-            log.warning("step %d (%s) is not saved compiled (%s); it compiles when the plan loads", k + 1,
-                        _name(step), e)
-            continue
-        saved[str(k)] = name
     return saved
 
 

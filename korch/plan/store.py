@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from korch.backends import get_backend
 from korch.ir.graph import Graph
-from korch.plan.plan import Plan, Step, step_graph
+from korch.plan.plan import Plan, step_graph
 from korch.version import code_version
 
 if TYPE_CHECKING:
@@ -41,8 +41,8 @@ def kernel_digest(machine: str, backend: str, key: str, threads: int, weights: s
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 
 
-def _entry(cache_dir: Path, plan: Plan, step: Step, threads: int, weights: str) -> Path:
-    return cache_dir / STORE_DIR / kernel_digest(plan.machine, step.backend, step.key, threads, weights)
+def _entry(cache_dir: Path, machine: str, backend: str, key: str, threads: int, weights: str) -> Path:
+    return cache_dir / STORE_DIR / kernel_digest(machine, backend, key, threads, weights)
 
 
 def stored_kernels(plan: Plan, cache_dir: Path, weights: str) -> Plan:
@@ -50,7 +50,7 @@ def stored_kernels(plan: Plan, cache_dir: Path, weights: str) -> Plan:
     artifacts = dict(plan.artifacts)
     for step, threads in zip(plan.steps, plan.step_threads()):
         if step not in artifacts and get_backend(step.backend).saves_kernels:
-            entry = _entry(cache_dir, plan, step, threads, weights)
+            entry = _entry(cache_dir, plan.machine, step.backend, step.key, threads, weights)
             if entry.is_dir():
                 artifacts[step] = entry
     return replace(plan, artifacts=artifacts)
@@ -68,7 +68,7 @@ def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: 
     for k, (step, threads) in enumerate(zip(plan.steps, plan.step_threads())):
         if step in artifacts or not get_backend(step.backend).saves_kernels:
             continue
-        entry = _entry(cache_dir, plan, step, threads, weights)
+        entry = _entry(cache_dir, plan.machine, step.backend, step.key, threads, weights)
         if _refused(entry).is_file():
             continue
         if session is not None:
@@ -88,7 +88,7 @@ def keep_whole_model(cache_dir: Path, machine: str, weights: str, threads: int
     so that selection, which compiles each engine's whole model again for its duels, loads it."""
     def keep(key: str, backend: str, kernel: object, graph: Graph) -> None:
         if get_backend(backend).saves_kernels:
-            entry = cache_dir / STORE_DIR / kernel_digest(machine, backend, key, threads, weights)
+            entry = _entry(cache_dir, machine, backend, key, threads, weights)
             if not entry.is_dir() and not _refused(entry).is_file():
                 keep_kernel(kernel, graph, backend, entry)
     return keep

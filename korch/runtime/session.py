@@ -81,9 +81,9 @@ def compile_step(plan: Plan, step: Step, threads: int | None = None) -> Kernel:
     where = plan_placement(plan)
     workers = where.workers[: threads - 1] if where is not None else ()
     options = CompileOptions(threads=threads, runs_alone=len(plan.steps) == 1, worker_cpus=workers)
-    k = plan.steps.index(step)
-    saved = plan.artifacts.get(step) if threads == plan.step_threads()[k] else None
-    if saved is not None:
+    saved = plan.artifacts.get(step)
+    k = plan.steps.index(step) if saved is not None else -1
+    if saved is not None and threads == plan.step_threads()[k]:
         from korch.backends.base import SavedKernelError
 
         try:
@@ -162,7 +162,7 @@ def _program(plan: Plan, ops: Sequence[_Op]) -> tuple[_Op | _Fork, ...]:
 class Session:
     def __init__(self, plan: Plan, kernels: Sequence[Kernel]) -> None:
         self.plan = plan
-        self.kernels = tuple(kernels)          # by step, as compiled (a plan's save reuses them)
+        self.kernels = tuple(kernels)          # by step, as compiled (plan/store.py keeps them)
         graph = plan.graph
         self._input_types: dict[str, TensorType] = {n: graph.types[n] for n in graph.inputs}
         self._outputs = graph.outputs

@@ -178,11 +178,10 @@ class _Context:
                  store: tuple[Path, str] | None = None) -> None:
         from korch import __version__
 
-        self.store = store          # (cache dir, weights digest): where compiled kernels are kept (plan/store.py)
-
         self.graph, self.steps, self.source, self.settings = graph, steps, source, settings
         self.checker = checker
         self.boundaries = boundaries
+        self.store = store          # (cache dir, weights digest): where compiled kernels are kept (plan/store.py)
         self.machine, self.version = machine, __version__
         everything = frozenset(range(len(graph.nodes)))
         self.whole: dict[str, Option] = {}

@@ -130,10 +130,13 @@ class _Use:
 
 
 class _Uses(TorchDispatchMode):
-    """Records, for every tensor an op reads, the op and its arguments."""
+    """Records, for each watched tensor (by id: the wrapper's constants, alive throughout), every op
+    that reads it and that op's arguments. Only those ops' arguments are kept: recording every op
+    would hold every intermediate value of the run alive."""
 
-    def __init__(self) -> None:
+    def __init__(self, watched: Sequence[torch.Tensor]) -> None:
         super().__init__()
+        self.watched = {id(t) for t in watched}
         self.uses: dict[int, list[_Use]] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 (torch's signature)
@@ -141,7 +144,7 @@ class _Uses(TorchDispatchMode):
         schema = func._schema
         named = dict(zip((a.name for a in schema.arguments), args)) | kwargs
         for arg, value in named.items():
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and id(value) in self.watched:
                 self.uses.setdefault(id(value), []).append(_Use(schema.name, arg, named))
         return func(*args, **kwargs)
 
@@ -248,7 +251,7 @@ def _analyse(kernel: InductorKernel, graph: Graph) -> _Analysed:
     inputs = warmup_inputs(graph)
     feeds = [torch.from_numpy(x) for x in inputs]
     args = _call_args(kernel, module, feeds)
-    recorder = _Uses()
+    recorder = _Uses(list(tensors.values()))
     with torch.no_grad(), recorder:
         through_call = [y.numpy().copy() for y in module.call(list(args))]
     outputs = kernel.run(inputs)            # what the check at load must find: the compiled kernel's own
@@ -419,20 +422,21 @@ def _dense(name: str, t: torch.Tensor, graph: Graph, stored: dict[str, np.ndarra
         base = array.__array_interface__["data"][0]
         if array.dtype == dtype and array.flags.c_contiguous and base <= start < base + max(array.nbytes, 1):
             offset, rest = divmod(start - base, dtype.itemsize)
-            if rest == 0 and offset + _span(t) <= array.size:
+            if rest == 0 and offset + _span(t.shape, t.stride()) <= array.size:
                 return {"kind": "constant", "constant": constant, "offset": offset, **view}
     if t.is_contiguous():              # a weight the graph holds as it is (a conv's, once unpacked)
         for constant, array in graph.constants.items():
             if array.shape == tuple(t.shape) and array.dtype == dtype and np.array_equal(array, t.numpy()):
                 return {"kind": "constant", "constant": constant, "offset": 0, **view}
     key = f"t{len(stored)}"
-    stored[key] = torch.as_strided(t, (_span(t),), (1,)).numpy().copy() if t.numel() else np.empty(0, dtype)
+    span = _span(t.shape, t.stride())
+    stored[key] = torch.as_strided(t, (span,), (1,)).numpy().copy() if span else np.empty(0, dtype)
     return {"kind": "stored", "array": key, **view}
 
 
-def _span(t: torch.Tensor) -> int:
-    """Elements from the tensor's first to its last, through its strides."""
-    return 0 if t.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+def _span(size: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements from a view's first to its last, through its strides (0 for an empty one)."""
+    return 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,6 +546,8 @@ class _SavedKernels:
         """Every kernel was ready when made."""
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
         raise SavedKernelError(f"{self.directory / WRAPPER}: asks its compiler for {name}, which korch does not save")
 
 
@@ -583,8 +589,7 @@ def _view(directory: Path, name: str, param: Mapping[str, Any], graph: Graph,
     if array.dtype.str != param["dtype"] or not array.flags.c_contiguous:
         raise SavedKernelError(f"{directory / META}: {name} is {param['dtype']}, its array {array.dtype}")
     flat = torch.from_numpy(writable_alias(array).reshape(-1))
-    span = 1 + sum((n - 1) * s for n, s in zip(param["size"], param["stride"])) if all(param["size"]) else 0
-    if offset + span > flat.numel():
+    if offset + _span(param["size"], param["stride"]) > flat.numel():
         raise SavedKernelError(f"{directory / META}: {name} reaches past its array")
     return flat.as_strided(param["size"], param["stride"], offset), array
 
