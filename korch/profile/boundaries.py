@@ -184,17 +184,23 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
         value = kernel.run(inputs)[0]
         # One kernel per engine timed alone on a fixed input, as profiled: the blocks differ only in weights.
         fns.setdefault(f"alone:{step.backend}", lambda k=kernel, i=inputs: k.run(i))
+    if getattr(kernels[-1], "reuses_outputs", False):
+        # The plan hands its caller a copy of the last kernel's buffer (Session.run): a cost of
+        # returning the output, not of a boundary, so it is timed alone too
+        fns["alone:output copy"] = lambda v=value: v.copy()
     names = list(fns)
     samples: dict[str, list[float]] = {name: [] for name in names}
     where = plan_placement(plan)          # kernels alone with their threads placed as in the plan (and profiled)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            alone = name.startswith("alone:")
+            alone = name.startswith("alone:") and name != "alone:output copy"
             with pinned(where.caller if alone and where is not None else None):
                 samples[name].append(measure(fns[name], min_seconds=measure_seconds,
                                              before=sweep if alone else None).median_s)
     timings = {name: summarize(values) for name, values in samples.items()}
     sum_alone = sum(timings[f"alone:{step.backend}"].median_s for step in plan.steps)
+    if "alone:output copy" in timings:
+        sum_alone += timings["alone:output copy"].median_s
     p = timings["plan"]
     return Sample(layout, producer, consumer, x.nbytes, (p.median_s - sum_alone) / (blocks - 1), p.median_s,
                   p.p10_s, p.p90_s, sum_alone)

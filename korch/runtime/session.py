@@ -166,6 +166,11 @@ class Session:
         graph = plan.graph
         self._input_types: dict[str, TensorType] = {n: graph.types[n] for n in graph.inputs}
         self._outputs = graph.outputs
+        # Outputs made by a kernel that returns its own buffers (Kernel.reuses_outputs: the next run
+        # overwrites them) are copied for the caller, who owns what run() returns.
+        self._copied = frozenset(o for step, kernel in zip(plan.steps, kernels)
+                                 if getattr(kernel, "reuses_outputs", False)
+                                 for o in step.outputs if o in graph.outputs)
         ops = [_Op(kernel.run, step.inputs, step.outputs, (), k)
                for k, (step, kernel) in enumerate(zip(plan.steps, kernels))]
         self._program = _program(plan, ops)
@@ -211,7 +216,7 @@ class Session:
         if unknown:
             raise RunError(f"unknown outputs {unknown}; the plan's outputs are {list(self._outputs)}")
         env = self._execute(self._check_feeds(feeds), self._program)
-        return [env[n] for n in names]
+        return [env[n].copy() if n in self._copied else env[n] for n in names]
 
     def step_times(self, feeds: Mapping[str, np.ndarray]) -> list[float]:
         """One run with each step timed (seconds, by plan step): where a plan's time goes. The timing

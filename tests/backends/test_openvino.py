@@ -135,7 +135,7 @@ def test_region_of_original_nodes_matches_onnxruntime() -> None:
             _assert_close(ov, reference.run(inputs), f"region {region.onnx_nodes} (seed {seed})")
             assert all(np.array_equal(x, c) for x, c in zip(inputs, copies)), "the kernel modified an input"
             assert previous is None or not np.allclose(ov[0], previous[0]), "the output ignores the inputs"
-            previous = ov
+            previous = [y.copy() for y in ov]       # (the kernel's buffers: the next call overwrites them)
 
 
 @pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
@@ -169,7 +169,7 @@ def test_regions_take_the_graphs_weights_beside_the_model_not_embedded(backend: 
         got = kernel.run(inputs)
         _assert_close(got, embedded.run(inputs), f"whole block on {backend} (seed {seed})")
         assert previous is None or not np.allclose(got[0], previous[0]), "the output ignores the inputs"
-        previous = got
+        previous = [y.copy() for y in got]       # (an OpenVINO kernel's buffers: the next call overwrites them)
     assert all(np.array_equal(graph.constants[name], a) for name, a in before.items()), "a constant changed"
 
 
@@ -344,6 +344,37 @@ def test_plan_mixing_openvino_and_onnxruntime_matches_onnxruntime(tmp_path: Path
     loaded = korch.load(tmp_path / "mixed.plan")
     for a, b in zip(loaded.run(None, feeds), session.run(None, feeds)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_openvino_kernels_hand_over_their_buffers_and_the_plan_copies_what_it_returns() -> None:
+    """An OpenVINO kernel returns views of its request's buffers (no copy at a kernel boundary; the
+    next call overwrites them), and the plan runtime copies the outputs it returns: a result the
+    caller holds is not changed by the next run, whose feeds differ."""
+    seed = _seed()
+    model = _block_model(seed)
+    graph, source = _fissioned(model)
+    chain = _region_chain(graph)
+    last = len(chain) - 1
+    steps = [Step("openvino" if (last - k) % 2 == 0 else "onnxruntime", r.nodes, r.inputs, r.outputs, r.key, 0.0,
+                  r.onnx_nodes) for k, r in enumerate(chain)]
+    assert steps[-1].backend == "openvino" and "onnxruntime" in {s.backend for s in steps}
+    session = compile_plan(_plan(graph, source, steps))
+    k = max(i for i, st in enumerate(session.plan.steps) if st.backend == "openvino")
+    kernel = session.kernels[k]
+    assert kernel.reuses_outputs
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(graph.types[v].shape).astype(F32) for v in session.plan.steps[k].inputs]
+    a, b = kernel.run(inputs)[0], kernel.run([v + 1 for v in inputs])[0]
+    assert np.shares_memory(a, b)           # the same buffer, handed over twice
+    x1, x2 = (rng.standard_normal((1, 8, 32)).astype(F32) for _ in range(2))
+    first = session.run(None, {"x": x1})
+    kept = [y.copy() for y in first]
+    second = session.run(None, {"x": x2})
+    expected = run_onnxruntime(model, {"x": x1})
+    for name, y, y_kept, y2 in zip(graph.outputs, first, kept, second):
+        np.testing.assert_array_equal(y, y_kept)
+        assert not np.shares_memory(y, y2) and not np.array_equal(y, y2)
+        assert max(d.rel for d in diff_outputs({name: y}, {name: expected[name]})) <= PLAN_RTOL
 
 
 def _resident_kb(path: Path) -> int:

@@ -12,12 +12,14 @@ float32, int64 arithmetic in int32 (2**40 * 3 gives 0), 8-bit integer arithmetic
 of wrapping. `supports` refuses graphs that compute in float64 or 8-bit integers; int64 is accepted,
 since models pass token ids and indices in it, and values past int32 would wrap.
 
-Outputs are arrays the caller owns (`share_outputs=False`: OpenVINO copies them out of the request).
-Returning views of the request's buffers would save the copy (measured, 2 threads: +0.03 ms on a
-0.13 ms kernel with a 0.4 MB output, +0.4 ms on a 12 ms kernel with an 11 MB one), but the next call
-would overwrite them, which the plan runtime and Session.run's callers do not expect; writing into
-fresh caller-owned arrays set as output tensors was no faster than the copy. Inputs are shared
-without a copy (`share_inputs=True`: a sync request reads them only while it runs).
+A kernel korch compiles returns views of its request's output buffers (`share_outputs=True`,
+`Kernel.reuses_outputs`): the next call overwrites them, and korch's runtime copies only the values
+it hands to its caller (Session.run). Copying every output out of the request cost a kernel boundary
+a pass over the tensor's bytes: 0.3 ms of a 4 MiB Relu's 0.73 ms, 1.3 of 2.7 ms at 16 MiB
+(benchmarks/engine_outputs.py). Writing into fresh caller-owned arrays set as output tensors was no
+faster than the copy. `compile_file` (korch bench's OpenVINO peer, run as its users run it) copies, as
+OpenVINO does by default. Inputs are shared without a copy (`share_inputs=True`: a sync request reads
+them only while it runs).
 
 THREAD POOL. Measured with benchmarks/engine_handoff.py (2 threads, quiet machine, 20 rounds; one
 call of a 16x128 MLP kernel B timed after 10 warm calls of B and one call of a 128x384 MLP on engine
@@ -75,8 +77,9 @@ CPU_PINNING = False
 # One request at a time on all threads (korch runs its kernels one after another), in fp32.
 COMPILE_CONFIG = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",
                   "ENABLE_CPU_PINNING": CPU_PINNING}
-# Part of profile keys: the library and the settings above that change timings.
-VERSION = f"openvino-{ov.__version__.split('-releases')[0]}-latency-f32-pin{int(CPU_PINNING)}"
+# Part of profile keys: the library and the settings above that change timings (outputs shared, not
+# copied out: see the module doc).
+VERSION = f"openvino-{ov.__version__.split('-releases')[0]}-latency-f32-pin{int(CPU_PINNING)}-shared-out"
 # The CPU plugin computes these in another precision (see the module docstring).
 WIDENED_TYPES = {DType.FLOAT64: "float64 is computed in float32",
                  DType.INT8: "8-bit integer arithmetic saturates instead of wrapping",
@@ -112,11 +115,14 @@ def compile_config(threads: int) -> dict[str, object]:
 class OpenVinoKernel(Kernel):
     """One compiled model and one infer request, reused for every call.
 
-    `keep`: arrays whose memory the compiled model shares (mapped weights); they live as long as it."""
+    `keep`: arrays whose memory the compiled model shares (mapped weights); they live as long as it.
+    `share_outputs`: return views of the request's output buffers, valid until the next call
+    (`reuses_outputs`), instead of copies (module doc)."""
 
     def __init__(self, compiled: ov.CompiledModel, inputs: Sequence[int | None], outputs: Sequence[int],
-                 output_dtypes: Sequence[np.dtype], keep: Sequence[np.ndarray] = ()) -> None:
+                 output_dtypes: Sequence[np.dtype], keep: Sequence[np.ndarray] = (), share_outputs: bool = True) -> None:
         self.compiled = compiled
+        self.reuses_outputs = share_outputs
         self.request = compiled.create_infer_request()
         # (position in run's inputs, the compiled model's input index); OpenVINO drops unused inputs
         self.feeds = tuple((k, port) for k, port in enumerate(inputs) if port is not None)
@@ -127,7 +133,7 @@ class OpenVinoKernel(Kernel):
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         try:
             feeds = {port: inputs[k] for k, port in self.feeds}
-            results = self.request.infer(feeds, share_inputs=True).to_tuple()
+            results = self.request.infer(feeds, share_inputs=True, share_outputs=self.reuses_outputs).to_tuple()
         except RuntimeError as e:
             raise _failure("run the model", e) from None
         chosen = [results[k] for k in self.outputs]
@@ -196,7 +202,8 @@ class OpenVinoBackend(Backend):
         except RuntimeError as e:
             raise _failure("compile the model", e) from None
         dtypes = [np.dtype(port.get_element_type().to_dtype()) for port in compiled.outputs]
-        kernel = OpenVinoKernel(compiled, range(len(compiled.inputs)), range(len(compiled.outputs)), dtypes)
+        kernel = OpenVinoKernel(compiled, range(len(compiled.inputs)), range(len(compiled.outputs)), dtypes,
+                                share_outputs=False)
         return kernel, [port.get_any_name() for port in compiled.inputs]
 
     def read(self, model: onnx.ModelProto, external_dir: Path | None,
