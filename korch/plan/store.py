@@ -6,6 +6,11 @@ depend on: korch's code (version.py code_version), the machine, the engine and i
 candidate (its structure), the model's weights (its constants), and the thread count. Entries are
 written whole (a temporary directory renamed into place) and never changed; a plan copies the one
 it uses.
+
+An entry's modification time is when it was last used (found or written). Writing a new entry
+removes those unused for `max_age_s` (OptimizeSettings.kept_kernel_days): entries of an older korch,
+torch or model are never found again, and nothing else would remove them. A removed entry that was
+still wanted is compiled again by the next optimize that needs it.
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -53,10 +60,11 @@ def stored_kernels(plan: Plan, cache_dir: Path, weights: str) -> Plan:
             entry = _entry(cache_dir, plan.machine, step.backend, step.key, threads, weights)
             if entry.is_dir():
                 artifacts[step] = entry
+                _touch(entry)
     return replace(plan, artifacts=artifacts)
 
 
-def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: str) -> Plan:
+def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: str, max_age_s: float) -> Plan:
     """`plan` with `artifacts` for each step whose engine saves kernels: the stored one, or else the
     session's kernel, or (a remembered plan that was not compiled, first seen without its kernels
     here) the kernel compiled now, stored. A plan is optimized to be run, so the compile is not
@@ -76,13 +84,13 @@ def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: 
         else:
             log.info("compiling step %d (%s) to keep it compiled", k + 1, step.backend)
             kernel = compile_step(plan, step, threads)
-        keep_kernel(kernel, step_graph(plan, step), step.backend, entry)
+        keep_kernel(kernel, step_graph(plan, step), step.backend, entry, max_age_s)
         if entry.is_dir():
             artifacts[step] = entry
     return replace(plan, artifacts=artifacts)
 
 
-def keep_whole_model(cache_dir: Path, machine: str, weights: str, threads: int
+def keep_whole_model(cache_dir: Path, machine: str, weights: str, threads: int, max_age_s: float
                      ) -> Callable[[str, str, object, Graph], None]:
     """A profiler's `keep` (profile/profiler.py): stores a whole-model kernel it compiled and timed,
     so that selection, which compiles each engine's whole model again for its duels, loads it."""
@@ -90,7 +98,7 @@ def keep_whole_model(cache_dir: Path, machine: str, weights: str, threads: int
         if get_backend(backend).saves_kernels:
             entry = _entry(cache_dir, machine, backend, key, threads, weights)
             if not entry.is_dir() and not _refused(entry).is_file():
-                keep_kernel(kernel, graph, backend, entry)
+                keep_kernel(kernel, graph, backend, entry, max_age_s)
     return keep
 
 
@@ -99,9 +107,36 @@ def _refused(entry: Path) -> Path:
     return entry.with_suffix(".not-saveable")
 
 
-def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path) -> None:
+def _touch(entry: Path) -> None:
+    with contextlib.suppress(OSError):       # (a read-only cache still serves its entries)
+        os.utime(entry)
+
+
+def prune(store: Path, max_age_s: float, now: float | None = None) -> int:
+    """Remove the store's entries, refusal markers and stale temporary directories unused for
+    `max_age_s`; returns how many went. One that cannot be removed is left."""
+    now = time.time() if now is None else now
+    removed = 0
+    for path in store.iterdir() if store.is_dir() else ():
+        try:
+            if now - path.stat().st_mtime <= max_age_s:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed += 1
+        except OSError:
+            continue
+    if removed:
+        log.info("removed %d kernel(s) from %s unused for %.0f days", removed, store, max_age_s / 86400)
+    return removed
+
+
+def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path, max_age_s: float = math.inf) -> None:
     """Save `kernel`, compiled from `graph`, as the store's `entry`; a kernel its engine cannot save
-    is marked so (never compiled again to find out). Failing to write only logs."""
+    is marked so (never compiled again to find out). Failing to write only logs. Then removes the
+    entries unused for `max_age_s` (module doc)."""
     from korch.backends.base import KernelNotSaveable
 
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -118,3 +153,5 @@ def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path) -> None
             log.warning("cannot keep a compiled kernel in %s: %s", entry.parent, e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if math.isfinite(max_age_s):
+        prune(entry.parent, max_age_s)
