@@ -254,7 +254,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     remember_features(db, model_label(source), graph, universe)
     t0 = time.perf_counter()
     boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
-                                settings.profile.cold_cache)
+                                settings.profile.cold_cache, progress)
     calibrate_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     weights = graph.constants_digest()

@@ -218,18 +218,23 @@ def fit(samples: Sequence[Sample]) -> Line:
 
 def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSettings = CalibrationSettings(),
               report: Callable[[Sample], None] | None = None,
-              cold_cache: bool = True) -> tuple[BoundaryModel, list[Sample]]:
+              cold_cache: bool = True, progress: Callable[[int, int, str], None] | None = None
+              ) -> tuple[BoundaryModel, list[Sample]]:
     """Measure every engine pair (same-engine pairs included) at each size and layout, and fit.
-    `cold_cache`: kernels alone are timed as the profiler times them (ProfileSettings.cold_cache)."""
+    `cold_cache`: kernels alone are timed as the profiler times them (ProfileSettings.cold_cache).
+    `progress(done, total, what)` is called before each chain is measured, as the profiler calls it."""
     samples: list[Sample] = []
-    for layout in LAYOUTS:
-        for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2):
-            for side in settings.sides:
-                s = measure_chain(layout, producer, consumer, side, settings.blocks, threads, settings.rounds,
-                                  cold_cache, settings.measure_seconds)
-                samples.append(s)
-                if report is not None:
-                    report(s)
+    chains = [(layout, producer, consumer, side) for layout in LAYOUTS
+              for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2)
+              for side in settings.sides]
+    for done, (layout, producer, consumer, side) in enumerate(chains, 1):
+        if progress is not None:
+            progress(done, len(chains), f"boundary {producer}->{consumer}")
+        s = measure_chain(layout, producer, consumer, side, settings.blocks, threads, settings.rounds,
+                          cold_cache, settings.measure_seconds)
+        samples.append(s)
+        if report is not None:
+            report(s)
     lines = {}
     for (layout, producer, consumer), group in itertools.groupby(
             sorted(samples, key=lambda s: (s.layout, s.producer, s.consumer)),
@@ -239,9 +244,10 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
 
 
 def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
-                   settings: CalibrationSettings = CalibrationSettings(), cold_cache: bool = True) -> BoundaryModel:
+                   settings: CalibrationSettings = CalibrationSettings(), cold_cache: bool = True,
+                   progress: Callable[[int, int, str], None] | None = None) -> BoundaryModel:
     """The stored calibration for these engines, threads and machine; measured and stored if missing.
-    `cold_cache`: as the profiles were timed (ProfileSettings.cold_cache)."""
+    `cold_cache`: as the profiles were timed (ProfileSettings.cold_cache); `progress`: see calibrate."""
     key = versions(engines, cold_cache)
     stored = db.get_boundaries(machine, threads, key)
     pairs = {(p, c) for p, c in itertools.combinations_with_replacement(sorted(engines), 2)}
@@ -249,7 +255,7 @@ def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
         return BoundaryModel(stored)
     log.info("calibrating kernel-boundary costs for %s at %d threads (once per machine)", ", ".join(engines), threads)
     t0 = time.perf_counter()
-    model, _ = calibrate(engines, threads, settings, cold_cache=cold_cache)
+    model, _ = calibrate(engines, threads, settings, cold_cache=cold_cache, progress=progress)
     db.put_boundaries(machine, threads, key, model.lines)
     log.info("boundary calibration took %.0f s", time.perf_counter() - t0)
     return model

@@ -42,9 +42,11 @@ def test_fit_is_a_least_squares_line() -> None:
 
 
 def test_calibration_measures_every_pair_and_layout(tmp_path) -> None:
-    seen = []
-    model, samples = calibrate(["onnxruntime"], 1, TINY, report=seen.append)
+    seen, progress = [], []
+    model, samples = calibrate(["onnxruntime"], 1, TINY, report=seen.append,
+                               progress=lambda *args: progress.append(args))
     assert seen == samples and len(samples) == 2 * 2                # 2 layouts x 2 sizes x 1 pair
+    assert progress == [(k, 4, "boundary onnxruntime->onnxruntime") for k in range(1, 5)]
     assert {(s.layout, s.nbytes) for s in samples} == {(lay, 32 * h * h * 4) for lay in (BLOCKED, PLAIN)
                                                         for h in (8, 12)}
     assert all(s.plan_s > 0 and s.sum_alone_s > 0 and s.plan_p10_s <= s.plan_s <= s.plan_p90_s for s in samples)
