@@ -687,7 +687,8 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
         return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
                 f"{_ms(split.predicted_s)} (kernel profiles and boundary costs), {winner}'s whole model "
                 f"profiled at {_ms(ctx.whole[winner].cost)}{also}")
-    met = next((d for d in duels if SPLIT in (d.first, d.second) and d.timed), None)
+    # the duel the split plan lost (it may have won others before it: each reading is noisy)
+    met = next((d for d in duels if d.loser == SPLIT and d.timed), None)
     if met is not None:
         mine_s, rival, rival_s = met.of(SPLIT)
         margin = "" if mine_s > rival_s else \
