@@ -58,9 +58,9 @@ def variants(n: int, threads: int) -> dict[str, Callable[[], object]]:
     found: dict[str, Callable[[], object]] = {}
     try:
         kernel = get_backend("openvino").compile_onnx(model, ["x"], ["y"], CompileOptions(threads=threads))
-        request = kernel.request          # type: ignore[attr-defined]
-        found["openvino, copied"] = lambda: request.infer({0: x}, share_inputs=True, share_outputs=False)
-        found["openvino, shared"] = lambda: request.infer({0: x}, share_inputs=True, share_outputs=True)
+        # (the lambdas hold the kernel: its request must not outlive its compiled model)
+        found["openvino, copied"] = lambda k=kernel: k.request.infer({0: x}, share_inputs=True, share_outputs=False)
+        found["openvino, shared"] = lambda k=kernel: k.request.infer({0: x}, share_inputs=True, share_outputs=True)
     except KeyError:                      # OpenVINO not installed
         pass
     session = make_session(model, threads, stop_spinning=True)
@@ -69,7 +69,8 @@ def variants(n: int, threads: int) -> dict[str, Callable[[], object]]:
     out = np.empty(n, np.float32)
     binding.bind_cpu_input("x", x)
     binding.bind_output("y", "cpu", 0, np.float32, [n], out.ctypes.data)
-    found["onnxruntime, IO binding"] = lambda: session.run_with_iobinding(binding)
+    # (the binding holds only a pointer to `out`: the lambda keeps the array alive)
+    found["onnxruntime, IO binding"] = lambda o=out: session.run_with_iobinding(binding)
     found["numpy copy"] = x.copy
     return found
 
