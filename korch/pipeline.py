@@ -258,7 +258,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     calibrate_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     weights = graph.constants_digest()
-    keep = keep_whole_model(db.path.parent, machine, weights, settings.threads, settings.kept_kernel_days * 86400)
+    kept_for_s = settings.kept_kernel_days * 86400
+    keep = keep_whole_model(db.path.parent, machine, weights, settings.threads, kept_for_s)
     profiled, guide = guided_profile(graph, pools, universe, db, settings, machine, onnx_source,
                                      lambda p, c, v: boundaries.cost(p, c, graph.types[v]), progress, keep)
     profile_seconds = time.perf_counter() - t0
@@ -285,7 +286,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)
     if not check.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {check.summary()}")
-    plan = keep_kernels(selected.plan, selected.session, db.path.parent, weights, settings.kept_kernel_days * 86400)
+    plan = keep_kernels(selected.plan, selected.session, db.path.parent, weights, kept_for_s)
     session = selected.session if selected.session is not None or not compile_session else compile_plan(plan)
     return replace(plan, summary=stats.summary()), session, stats
 

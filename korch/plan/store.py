@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -133,7 +132,7 @@ def prune(store: Path, max_age_s: float, now: float | None = None) -> int:
     return removed
 
 
-def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path, max_age_s: float = math.inf) -> None:
+def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path, max_age_s: float) -> None:
     """Save `kernel`, compiled from `graph`, as the store's `entry`; a kernel its engine cannot save
     is marked so (never compiled again to find out). Failing to write only logs. Then removes the
     entries unused for `max_age_s` (module doc)."""
@@ -153,5 +152,4 @@ def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path, max_age
             log.warning("cannot keep a compiled kernel in %s: %s", entry.parent, e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if math.isfinite(max_age_s):
-        prune(entry.parent, max_age_s)
+    prune(entry.parent, max_age_s)

@@ -49,6 +49,8 @@ BLOCKED, PLAIN = "blocked", "plain"
 LAYOUTS = (BLOCKED, PLAIN)
 CHANNELS = 32
 _OPSET = 17
+# What a chain plan pays to hand its caller the last kernel's output, timed apart (measure_chain).
+_OUTPUT_COPY = "output copy"
 
 
 @dataclass(frozen=True)
@@ -187,20 +189,20 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
     if getattr(kernels[-1], "reuses_outputs", False):
         # The plan hands its caller a copy of the last kernel's buffer (Session.run): a cost of
         # returning the output, not of a boundary, so it is timed alone too
-        fns["alone:output copy"] = lambda v=value: v.copy()
+        fns[_OUTPUT_COPY] = lambda v=value: v.copy()
     names = list(fns)
     samples: dict[str, list[float]] = {name: [] for name in names}
     where = plan_placement(plan)          # kernels alone with their threads placed as in the plan (and profiled)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            alone = name.startswith("alone:") and name != "alone:output copy"
+            alone = name.startswith("alone:")
             with pinned(where.caller if alone and where is not None else None):
                 samples[name].append(measure(fns[name], min_seconds=measure_seconds,
                                              before=sweep if alone else None).median_s)
     timings = {name: summarize(values) for name, values in samples.items()}
     sum_alone = sum(timings[f"alone:{step.backend}"].median_s for step in plan.steps)
-    if "alone:output copy" in timings:
-        sum_alone += timings["alone:output copy"].median_s
+    if _OUTPUT_COPY in timings:
+        sum_alone += timings[_OUTPUT_COPY].median_s
     p = timings["plan"]
     return Sample(layout, producer, consumer, x.nbytes, (p.median_s - sum_alone) / (blocks - 1), p.median_s,
                   p.p10_s, p.p90_s, sum_alone)
