@@ -193,3 +193,26 @@ def test_the_check_data_holds_what_the_kernel_gave(tmp_path: Path) -> None:
         inputs, output = [check["in0"]], check["out0"]
     np.testing.assert_array_equal(kernel.run(inputs)[0], output)
     assert np.count_nonzero(output) > output.size // 4
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 20])
+def test_the_load_check_compares_blocks_as_it_compared_whole_arrays(block: int) -> None:
+    """The tolerance is CHECK_RTOL of the largest finite magnitude anywhere in the output, even when it
+    sits in another block than the difference; NaN matches NaN and infinities match their own sign."""
+    from korch.backends.inductor.artifact import CHECK_RTOL, _differ
+
+    rng = np.random.default_rng(11)
+    want = rng.standard_normal(200).astype(F32)
+    want[150] = 1e4                      # sets the tolerance for every block: 1e4 * CHECK_RTOL = 0.1
+    want[3], want[90] = np.nan, np.inf
+    near = want.copy()
+    near[5] += 0.05                      # within 0.1, but not within 1.0 * CHECK_RTOL
+    assert _differ([near.reshape(10, 20)], [want.reshape(10, 20)], block) is None
+    assert 0.05 > CHECK_RTOL
+
+    for index, value in [(199, want[199] + 0.2), (3, 0.0), (90, -np.inf), (90, 1e4)]:
+        far = want.copy()
+        far[index] = value
+        assert _differ([want, far], [want, want], block) == 1, (index, value)
+    assert _differ([want.astype(np.float64)], [want], block) == 0
+    assert _differ([np.empty(0, F32)], [np.empty(0, F32)], block) is None
