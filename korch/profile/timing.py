@@ -15,9 +15,10 @@ The clock is a parameter (nanoseconds, like `time.perf_counter_ns`) so that test
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -95,12 +96,15 @@ def last_level_cache_bytes(default: int = 32 << 20) -> int:
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call: the median and the 10th and 90th percentiles over `runs` timed samples."""
+    """Seconds per call: the median and the 10th and 90th percentiles over `runs` timed samples. From
+    `interleaved`, also its samples, one per round in round order, so two systems' samples pair up
+    round by round (`measure` keeps none: it may take thousands)."""
 
     median_s: float
     p10_s: float
     p90_s: float
     runs: int
+    samples_s: tuple[float, ...] = field(default=(), compare=False, repr=False)
 
 
 def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS,
@@ -193,7 +197,7 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
             for _ in range(calls_per_round):
                 fn()
             samples[name].append((clock() - t0) / 1e9 / calls_per_round)
-    return {name: summarize(samples[name]) for name in names}
+    return {name: replace(summarize(samples[name]), samples_s=tuple(samples[name])) for name in names}
 
 
 def side_by_side(fns: Mapping[str, Callable[[], object]], rounds: int, one_call_s: float, *,
@@ -229,3 +233,13 @@ def _check_counts(*, warmup: int, repeats: int, max_runs: int) -> None:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if max_runs < repeats:
         raise ValueError(f"max_runs ({max_runs}) is below repeats ({repeats})")
+
+
+def paired_ratio(a: Timing, b: Timing) -> float:
+    """The median over rounds of b's sample over a's in the same round, for two systems timed by
+    `interleaved`: how much slower b ran than a, with whatever slowed the machine in a round (another
+    process, a frequency change) slowing both sides of that round's ratio."""
+    if not a.samples_s or len(a.samples_s) != len(b.samples_s):
+        raise ValueError(f"paired_ratio needs two interleaved timings of the same rounds, got {len(a.samples_s)} "
+                         f"and {len(b.samples_s)} samples")
+    return statistics.median(y / x for x, y in zip(a.samples_s, b.samples_s))

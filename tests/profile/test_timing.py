@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from korch.profile.timing import Timing, interleaved, measure, summarize
+from korch.profile.timing import Timing, interleaved, measure, paired_ratio, summarize
 
 # Fake-clock results are exact up to float rounding of ns -> s conversions.
 REL = 1e-9
@@ -172,3 +172,26 @@ def test_cache_sweep_covers_the_last_level_cache_up_to_its_cap() -> None:
     assert sweep.nbytes <= 2 * SWEPT_CACHE_CAP_BYTES      # a VM reporting its host's whole cache sweeps no more
     sweep()
     sweep()
+
+
+def test_interleaved_samples_pair_up_by_round_and_paired_ratio_follows_the_rounds() -> None:
+    """The machine slows every round more than the last (1, 2, 4, 8, 16 ms for A); B is always 1.1x A
+    in the same round, except one round where something else took B's cores (10x). The medians'
+    ratio is thrown off by the drift and the burst together; the ratio within each round is not."""
+    clock = FakeClock()
+    a_ns = [1_000_000 * 2**r for r in range(5)]
+    b_ns = [int(1.1 * d) for d in a_ns]
+    b_ns[2] *= 10
+    fns = {"A": clock.task("A", a_ns), "B": clock.task("B", b_ns)}
+    timings = interleaved(fns, rounds=5, warmup=0, clock=clock)
+    assert timings["A"].samples_s == pytest.approx([d / 1e9 for d in a_ns], rel=REL)
+    assert timings["B"].samples_s == pytest.approx([d / 1e9 for d in b_ns], rel=REL)
+    assert timings["B"].median_s / timings["A"].median_s == pytest.approx(2.2, rel=1e-6)
+    assert paired_ratio(timings["A"], timings["B"]) == pytest.approx(1.1, rel=1e-6)
+    assert paired_ratio(timings["B"], timings["A"]) == pytest.approx(1 / 1.1, rel=1e-6)
+
+    with pytest.raises(ValueError, match="two interleaved timings of the same rounds"):
+        paired_ratio(summarize([1.0, 2.0]), summarize([1.0, 2.0]))       # no samples kept
+    other = interleaved({"C": clock.task("C", [1_000])}, rounds=3, warmup=0, clock=clock)["C"]
+    with pytest.raises(ValueError, match="got 5 and 3 samples"):
+        paired_ratio(timings["A"], other)
