@@ -1,20 +1,54 @@
-"""What measured selection says it kept, and why, names the comparison that decided it."""
+"""What measured selection says it kept, and why, names the comparison that decided it; a duel is
+decided round by round."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
-from korch.select.measured import SPLIT, Duel, _why_whole
+import pytest
+
+import korch.select.measured as measured
+from korch.profile.timing import summarize
+from korch.select.measured import SPLIT, Duel, _duel, _why_split, _why_whole
 from korch.settings import SelectionSettings
+
+SETTINGS = SimpleNamespace(selection=SelectionSettings(multi_kernel_margin=0.98, duel_rounds=5))
 
 
 def test_a_split_plan_that_beat_one_engine_and_lost_to_another_is_reported_by_the_duel_it_lost() -> None:
-    ctx = SimpleNamespace(settings=SimpleNamespace(selection=SelectionSettings(multi_kernel_margin=0.98)))
+    ctx = SimpleNamespace(settings=SETTINGS, excluded=())
     split = SimpleNamespace(plan=SimpleNamespace(steps=tuple(range(8))), measured_s=0.0806, predicted_s=0.079)
-    duels = [Duel(SPLIT, "openvino", 0.0806, 0.0826, SPLIT),          # the split plan wins this one
-             Duel(SPLIT, "inductor", 0.0830, 0.0842, "inductor")]     # and loses this one, by the margin
+    duels = [Duel(SPLIT, "openvino", 0.0806, 0.0826, SPLIT, ratio=1.024),    # the split plan wins this one
+             Duel(SPLIT, "inductor", 0.0830, 0.0842, "inductor", ratio=1.012)]  # and loses this one, by the margin
     why = _why_whole(ctx, "inductor", split, duels, {})               # type: ignore[arg-type]
     assert why == ("one engine runs the whole model: the best split plan (8 kernels) measured 83.0 ms side by "
-                   "side with inductor's whole model 84.2 ms; a split plan must be 2% faster to pay for its "
-                   "boundaries; kept inductor's whole model 84.2 ms (other whole models, side by side: "
-                   "openvino's 82.6 ms)")
+                   "side with inductor's whole model 84.2 ms, 0.988x its time round by round; a split plan must "
+                   "run in 0.98x to pay for its boundaries; kept inductor's whole model 84.2 ms (other whole "
+                   "models, side by side: openvino's 82.6 ms)")
+    assert "(0.977x its time)" in _why_split(ctx, split, duels[:1])    # type: ignore[arg-type]
+
+
+def _timings(samples_ms: dict[str, list[float]]) -> dict[str, object]:
+    return {k: replace(summarize([v / 1e3 for v in vs]), samples_s=tuple(v / 1e3 for v in vs))
+            for k, vs in samples_ms.items()}
+
+
+@pytest.mark.parametrize("split_first", [True, False])
+def test_a_duel_is_decided_by_the_ratio_within_rounds_not_by_the_medians(split_first: bool,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine slows down for rounds 3-5, and in round 5 the split plan's turn is lucky. Its median
+    reads 5% under the whole model's, yet round by round it runs in 0.985x the whole model's time:
+    short of the 2% a split plan must win by."""
+    samples = {SPLIT: [98.5, 98.5, 102.4, 102.4, 94.0], "onnxruntime": [100.0, 100.0, 104.0, 104.0, 104.0]}
+    monkeypatch.setattr(measured, "side_by_side", lambda fns, *args, **kwargs: _timings(samples))
+    ctx = SimpleNamespace(settings=SETTINGS, feeds={})
+    split = SimpleNamespace(name=SPLIT, session=None, estimate_s=0.1)
+    whole = SimpleNamespace(name="onnxruntime", session=None, estimate_s=0.1)
+    duel = _duel(ctx, *((split, whole) if split_first else (whole, split)))      # type: ignore[arg-type]
+    assert duel.of(SPLIT)[0] / duel.of(SPLIT)[2] == pytest.approx(98.5 / 104.0)
+    assert duel.ratio_of(SPLIT) == pytest.approx(102.4 / 104.0)        # rounds 1-2: 0.985, 3-4: 0.985, 5: 0.904
+    assert duel.winner == "onnxruntime" and duel.loser == SPLIT
+
+    samples[SPLIT] = [97.0, 97.0, 101.0, 101.0, 101.0]                   # 0.97-0.971x in every round
+    assert _duel(ctx, *((split, whole) if split_first else (whole, split))).winner == SPLIT  # type: ignore[arg-type]
