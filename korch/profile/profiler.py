@@ -24,11 +24,11 @@ from korch.backends.placement import pinned, placement
 from korch.backends.reference import conform, evaluate
 from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model, region_model_sharing
+from korch.heap import release_freed_heap
 from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
 from korch.profile.timing import CacheSweep, measure
-from korch.runtime.session import release_freed_heap
 from korch.settings import AccuracyPolicy, ProfileSettings
 from korch.verify import diff_outputs, fp32_errors, random_feeds
 from korch.version import code_version

@@ -12,7 +12,6 @@ lanes are done.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
 import os
@@ -25,6 +24,7 @@ import numpy as np
 from korch.backends import CompileOptions, Kernel, get_backend
 from korch.backends.placement import Placement, pinned, placement
 from korch.errors import ExitCode, KorchError, UsageError
+from korch.heap import release_freed_heap
 from korch.ir.types import TensorType
 from korch.plan import Plan, PlanError, Step, load_plan
 from korch.plan.plan import step_graph, step_onnx_nodes
@@ -108,25 +108,6 @@ def compile_plan(plan: Plan) -> Session:
         kernels.append(compile_step(plan, step, threads))
         release_freed_heap()
     return Session(plan, kernels)
-
-
-@functools.cache
-def _malloc_trim():
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):        # not glibc: nothing to do
-        return None
-
-
-def release_freed_heap() -> None:
-    """Give the C heap's free memory back to the OS (glibc's malloc_trim; elsewhere nothing). A kernel's
-    compile makes transient copies of its weights (the ONNX proto, its bytes, the engine's parse)
-    that glibc keeps in the heap once freed, so each compile raised the next one's floor: on a
-    92-kernel onnxruntime plan of efficientvit-b1, peak RSS 212 -> 186 MB trimming after each kernel,
-    on its OpenVINO whole model 195 -> 188 (2 threads, 2026-11-25)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def _program(plan: Plan, ops: Sequence[_Op]) -> tuple[_Op | _Fork, ...]:

@@ -53,6 +53,7 @@ from pathlib import Path
 from korch.backends import Kernel
 from korch.errors import VerificationError
 from korch.frontend.regions import OnnxSource
+from korch.heap import release_freed_heap
 from korch.ir.graph import Graph
 from korch.plan import Plan, Step, order_steps
 from korch.plan.plan import step_onnx_nodes
@@ -62,7 +63,7 @@ from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.timing import measure, paired_ratio, side_by_side
 from korch.runtime import Session, compile_plan
-from korch.runtime.session import compile_step, release_freed_heap
+from korch.runtime.session import compile_step
 from korch.select.blp import Option, Selection, SelectionError, solve
 from korch.select.coschedule import ScheduleStats, coschedule
 from korch.settings import OptimizeSettings

@@ -51,6 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from korch.backends.base import KernelNotSaveable, SavedKernelError, writable_alias
 from korch.backends.inductor.backend import InductorKernel, warmup_inputs
+from korch.heap import release_freed_heap
 from korch.ir.graph import Graph
 
 ARTIFACT_FORMAT = 2
@@ -568,6 +569,7 @@ def _make(directory: Path, name: str, param: Mapping[str, Any], graph: Graph,
         with torch.no_grad():
             packed = REPACKS[param["op"]].make(plain, param["args"])
         del plain, owner
+        release_freed_heap()             # else each dropped weight stays in the heap until the load ends
         return packed
     if param["kind"] == "shape":          # read for its shape alone: one element, broadcast
         dtype = torch.from_numpy(np.empty(0, np.dtype(param["dtype"]))).dtype
