@@ -88,18 +88,11 @@ def _torch_compile_zoo(name: str, feeds: dict[str, np.ndarray], threads: int) ->
     from korch import zoo
 
     torch.set_num_threads(threads)
-    module = zoo.build_module(name)
     spec = zoo.get_model(name)
     args = [torch.from_numpy(feeds[i.name]) for i in spec.inputs]
     best: tuple[float, Callable[[], object], str] | None = None
     for freezing in (True, False):
-        compiled = torch.compile(module, options={"freezing": freezing})
-
-        def call(compiled=compiled) -> object:
-            with torch.no_grad():
-                return compiled(*args)
-
-        call()
+        call = zoo.torch_compiled(zoo.build_module(name), args, freezing)
         t = measure(call, warmup=2, repeats=5, min_seconds=0.2).median_s
         if best is None or t < best[0]:
             best = (t, call, f"zoo torch module, freezing={'on' if freezing else 'off'}")

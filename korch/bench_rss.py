@@ -58,12 +58,8 @@ def main(system: str, target: str, threads: int, shapes: dict[str, tuple[int, ..
         from korch import zoo
 
         torch.set_num_threads(threads)
-        module = torch.compile(zoo.build_module(target), options={"freezing": True})
         args = [torch.from_numpy(v) for v in zoo.example_inputs(target).values()]
-
-        def fn() -> object:
-            with torch.no_grad():
-                return module(*args)
+        fn = zoo.torch_compiled(zoo.build_module(target), args, freezing=True)
     else:
         raise SystemExit(f"unknown system {system!r}")
     for _ in range(RUNS):

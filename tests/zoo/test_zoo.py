@@ -325,3 +325,20 @@ def test_decoder_mask_styles_compute_the_same_logits() -> None:
     neg_inf, lowest = (_session(n).run(None, {spec.name: ids})[0] for n in CAUSAL_MINI_MASKS)
     assert np.isfinite(neg_inf).all() and np.isfinite(lowest).all()
     assert float(np.abs(neg_inf - lowest).max()) <= MASK_STYLE_RTOL * float(np.abs(neg_inf).max())
+
+
+@pytest.mark.parametrize("freezing", [True, False])
+def test_the_torch_compile_peer_is_frozen_when_asked(freezing: bool) -> None:
+    """Freezing folds the weights into the compiled code: a weight changed after the compile is seen
+    without freezing and not with it. (torch.compile(options={"freezing": True}) froze nothing: Dynamo
+    reads the flag while it traces, before Inductor's options apply.)"""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(4, 16)
+    call = zoo.torch_compiled(module, [x], freezing)
+    before = call().clone()
+    with torch.no_grad():
+        module[0].weight.mul_(-1.0)
+    changed = not torch.allclose(call(), before)
+    assert changed is not freezing
+    assert torch._inductor.config.freezing is False            # set for the compile only
