@@ -90,14 +90,9 @@ def _torch_compile_zoo(name: str, feeds: dict[str, np.ndarray], threads: int) ->
     torch.set_num_threads(threads)
     spec = zoo.get_model(name)
     args = [torch.from_numpy(feeds[i.name]) for i in spec.inputs]
-    best: tuple[float, Callable[[], object], str] | None = None
-    for freezing in (True, False):
-        call = zoo.torch_compiled(zoo.build_module(name), args, freezing)
-        t = measure(call, warmup=2, repeats=5, min_seconds=0.2).median_s
-        if best is None or t < best[0]:
-            best = (t, call, f"zoo torch module, freezing={'on' if freezing else 'off'}")
-    assert best is not None
-    return System("torch_compile", best[1], best[2])
+    call, frozen, _ = zoo.fastest_torch_compiled(lambda: zoo.build_module(name), args,
+                                                 lambda f: measure(f, warmup=2, repeats=5, min_seconds=0.2).median_s)
+    return System("torch_compile", call, f"zoo torch module, freezing={'on' if frozen else 'off'}")
 
 
 def _torch_compile_graph(graph, feeds: dict[str, np.ndarray], threads: int) -> System:

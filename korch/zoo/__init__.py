@@ -9,7 +9,7 @@ import importlib
 
 _PUBLIC = {"build_module": "korch.zoo.export", "cached_export": "korch.zoo.export",
            "example_inputs": "korch.zoo.export", "export_onnx": "korch.zoo.export", "to_model_proto": "korch.zoo.export",
-           "torch_compiled": "korch.zoo.export",
+           "torch_compiled": "korch.zoo.export", "fastest_torch_compiled": "korch.zoo.export",
            "InputSpec": "korch.zoo.registry", "UnknownModelError": "korch.zoo.registry",
            "ZooModel": "korch.zoo.registry", "get_model": "korch.zoo.registry", "list_models": "korch.zoo.registry"}
 __all__ = sorted(_PUBLIC)

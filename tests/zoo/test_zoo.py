@@ -342,3 +342,22 @@ def test_the_torch_compile_peer_is_frozen_when_asked(freezing: bool) -> None:
     changed = not torch.allclose(call(), before)
     assert changed is not freezing
     assert torch._inductor.config.freezing is False            # set for the compile only
+
+
+@pytest.mark.parametrize("frozen_faster", [True, False])
+def test_the_faster_torch_compile_variant_runs_its_own_code(frozen_faster: bool) -> None:
+    """Whichever variant times faster is the one that runs: the frozen one ignores a later change of its
+    weight, the other sees it. (Compiled frozen, then unfrozen, in one Dynamo cache, the frozen module
+    ran its unfrozen twin's code: this test fails on that procedure.)"""
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
+
+    x = torch.randn(4, 16)
+    order = iter([2.0, 1.0] if frozen_faster else [1.0, 2.0])        # seconds: unfrozen first, then frozen
+    call, frozen, module = zoo.fastest_torch_compiled(build, [x], lambda f: (f(), next(order))[1])
+    assert frozen is frozen_faster
+    before = call().clone()
+    with torch.no_grad():
+        module[0].weight.mul_(-1.0)
+    assert torch.allclose(call(), before) is frozen_faster

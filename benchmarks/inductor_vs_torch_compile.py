@@ -1,0 +1,62 @@
+"""Inductor on korch's graph against Inductor on the model's own torch module, where the time goes.
+
+    python benchmarks/inductor_vs_torch_compile.py ZOO_NAME [--threads 2] [--rounds 15] [--top 12]
+
+Two compiles of the same zoo model, both frozen, both with grad off: korch's whole-model Inductor
+kernel (the fissioned primitive graph of the exported ONNX model, as korch's Inductor backend
+compiles it) and torch.compile of the zoo's torch module (zoo.torch_compiled, korch bench's peer).
+Prints their times side by side (interleaved, p10-p90), their largest difference, and for each the
+aten ops and generated kernels that took the most time in torch.profiler over a few calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+
+import numpy as np
+import torch
+
+from korch import zoo
+from korch.backends import CompileOptions, get_backend
+from korch.pipeline import run_fission
+from korch.profile.timing import paired_ratio, side_by_side
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--top", type=int, default=12)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    feeds = zoo.example_inputs(args.name)
+    with tempfile.TemporaryDirectory() as cache:
+        graph = run_fission(zoo.cached_export(args.name, cache)).graph
+    kernel = get_backend("inductor").compile(graph, CompileOptions(threads=args.threads))
+    arrays = [feeds[n] for n in graph.inputs]
+    tensors = [torch.from_numpy(feeds[i.name]) for i in zoo.get_model(args.name).inputs]
+    module = zoo.torch_compiled(zoo.build_module(args.name), tensors, freezing=True)
+    ours, theirs = kernel.run(arrays)[0], module()
+    theirs = theirs[0] if isinstance(theirs, (tuple, list)) else theirs
+    scale = float(np.abs(theirs.numpy()).max())
+    print(f"{args.name}: largest difference {float(np.abs(ours - theirs.numpy()).max()) / scale:.1e} of the output's scale")
+
+    fns = {"korch graph": lambda: kernel.run(arrays), "torch module": module}
+    one = 0.5 * sum(side_by_side({k: f}, 1, 0.1)[k].median_s for k, f in fns.items())
+    t = side_by_side(fns, args.rounds, one, warmup=2)
+    for name, timing in t.items():
+        print(f"  {name:13s} {timing.median_s * 1e3:8.2f} ms ({timing.p10_s * 1e3:.2f}-{timing.p90_s * 1e3:.2f})")
+    print(f"  korch graph / torch module, round by round: {paired_ratio(t['torch module'], t['korch graph']):.3f}")
+
+    for name, fn in fns.items():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(5):
+                fn()
+        print(f"\n{name}: self CPU time over 5 calls, top {args.top}")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
