@@ -16,6 +16,7 @@ and timed in the same rounds; the profiles are skipped.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 
 import numpy as np
@@ -24,7 +25,7 @@ import torch
 from korch import zoo
 from korch.backends import CompileOptions, get_backend
 from korch.pipeline import run_fission
-from korch.profile.timing import paired_ratio, side_by_side
+from korch.profile.timing import measure, paired_ratio, side_by_side
 
 
 def main() -> None:
@@ -53,7 +54,7 @@ def main() -> None:
         with torch._inductor.config.patch(realize_reads_threshold=args.realize_reads_threshold, fx_graph_cache=False):
             other = get_backend("inductor").compile(graph, CompileOptions(threads=args.threads))
         fns[f"korch graph, reads {args.realize_reads_threshold}"] = lambda: other.run(arrays)
-    one = 0.5 * sum(side_by_side({k: f}, 1, 0.1)[k].median_s for k, f in fns.items())
+    one = statistics.mean(measure(f, warmup=1, repeats=3, min_seconds=0.0).median_s for f in fns.values())
     t = side_by_side(fns, args.rounds, one, warmup=2)
     for name, timing in t.items():
         print(f"  {name:22s} {timing.median_s * 1e3:8.2f} ms ({timing.p10_s * 1e3:.2f}-{timing.p90_s * 1e3:.2f})")

@@ -211,4 +211,3 @@ def fastest_torch_compiled(build: Callable[[], nn.Module], args: Sequence[torch.
         module = build()
         return torch_compiled(module, args, False), False, module
     return call, True, module
-

@@ -639,4 +639,3 @@ def _differ(got: Sequence[np.ndarray], expected: Sequence[np.ndarray], block: in
         elif not np.array_equal(y, want):
             return k
     return None if len(got) == len(expected) else min(len(got), len(expected))
-
