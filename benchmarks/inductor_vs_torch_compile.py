@@ -1,7 +1,7 @@
 """Inductor on korch's graph against Inductor on the model's own torch module, where the time goes.
 
     python benchmarks/inductor_vs_torch_compile.py ZOO_NAME [--threads 2] [--rounds 15] [--top 12]
-                                                   [--realize-reads-threshold N]
+                                                   [--realize-reads-threshold N] [--kernels]
 
 Two compiles of the same zoo model, both frozen, both with grad off: korch's whole-model Inductor
 kernel (the fissioned primitive graph of the exported ONNX model, as korch's Inductor backend
@@ -10,7 +10,10 @@ Prints their times side by side (interleaved, p10-p90), their largest difference
 aten ops and generated kernels that took the most time in torch.profiler over a few calls.
 With --realize-reads-threshold, korch's graph is also compiled with Inductor's
 `realize_reads_threshold` at N (default 4: a value read more often is stored, not recomputed)
-and timed in the same rounds; the profiles are skipped.
+and timed in the same rounds; the profiles are skipped. With --kernels, both are compiled with
+Inductor's per-kernel profiling (`cpp.enable_kernel_profile`), so the profiles name each generated
+C++ kernel, and a line per compile counts the generated kernels and their own time per call; the
+timed comparison then includes that instrumentation's cost.
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--realize-reads-threshold", type=int)
+    parser.add_argument("--kernels", action="store_true", help="name each generated C++ kernel in the profiles")
     args = parser.parse_args()
+    if args.kernels:
+        torch._inductor.config.cpp.enable_kernel_profile = True
+        torch._inductor.config.fx_graph_cache = False          # cached code would lack the instrumentation
     torch.set_num_threads(args.threads)
     feeds = zoo.example_inputs(args.name)
     with tempfile.TemporaryDirectory() as cache:
@@ -64,12 +71,19 @@ def main() -> None:
     if args.realize_reads_threshold is not None:
         return
 
+    calls = 5
     for name, fn in fns.items():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            for _ in range(5):
+            for _ in range(calls):
                 fn()
-        print(f"\n{name}: self CPU time over 5 calls, top {args.top}")
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=60))
+        events = prof.key_averages()
+        print(f"\n{name}: self CPU time over {calls} calls, top {args.top}")
+        print(events.table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=60))
+        if args.kernels:
+            generated = [e for e in events if "cpp_fused" in e.key]        # named graph_N_cpp_fused_... or cpp_fused_...
+            ms = sum(e.self_cpu_time_total for e in generated) / 1e3 / calls
+            print(f"{name}: {len(generated)} distinct generated kernels, {sum(e.count for e in generated) // calls} "
+                  f"calls and {ms:.2f} ms of their own time per model call")
 
 
 if __name__ == "__main__":
