@@ -60,18 +60,18 @@ def main() -> None:
         onnx.save(model, path)
         file_kernel, file_inputs = backend.compile_file(path, args.threads)
         feeds = random_feeds(graph, 0)
-        kernels = {
-            "file": (file_kernel, [feeds[n] for n in file_inputs]),
-            "original": (backend.compile_onnx(model, graph.inputs, graph.outputs, options), None),
+        kernels = {          # each kernel with the names of its inputs, in the order it takes them
+            "file": (file_kernel, file_inputs),
+            "original": (backend.compile_onnx(model, graph.inputs, graph.outputs, options), graph.inputs),
             "region embedded": (backend.compile_onnx(region_model(source, graph, whole), inputs, outputs, options),
-                                None),
-            "region shared": (compile_candidate(graph, whole, "openvino", options, source), None),
+                                inputs),
+            "region shared": (compile_candidate(graph, whole, "openvino", options, source), inputs),
         }
         calls = {}
-        expected = file_kernel.run(kernels["file"][1])
+        expected = file_kernel.run([feeds[n] for n in file_inputs])
         scale = max(float(np.abs(e).max()) for e in expected) or 1.0
-        for name, (kernel, kernel_inputs) in kernels.items():
-            kernel_inputs = kernel_inputs if kernel_inputs is not None else [feeds[n] for n in inputs]
+        for name, (kernel, names) in kernels.items():
+            kernel_inputs = [feeds[n] for n in names]
             got = kernel.run(kernel_inputs)
             diff = max(float(np.abs(np.asarray(g) - e).max()) for g, e in zip(got, expected))
             print(f"{name:16s} largest difference from the file's outputs: {diff / scale:.1e} of their scale")
