@@ -37,7 +37,7 @@ Case = tuple[str, list[tuple[tuple[int, ...], str]], dict[str, Any]]
 
 # Semantics the one-case-per-primitive table does not pin. Extra input kinds: "n" ints with negatives,
 # "d" non-zero int divisors, "h" exact halves, "u" floats never chained, "ci" constant indices with
-# negatives, "cw" constant floats.
+# negatives, "cw" constant floats, "c3" constant 3.0, "ce" a constant exponent in [0.5, 2.5).
 EXTRA_CASES: list[Case] = [
     ("div", [((3, 4), "n"), ((4,), "d")], {}),                              # integer div truncates toward 0
     ("round", [((3, 4), "h")], {}),                                          # half to even
@@ -54,6 +54,9 @@ EXTRA_CASES: list[Case] = [
     ("window_mean", [((1, 2, 6, 6, 6), "f")], {"kernel": (2, 2, 2), "strides": (2, 2, 2), "dilations": (1, 1, 1)}),
     ("pad", [((3, 4), "f")], {"pads": (2, 0, 1, 3), "mode": "edge", "value": 0.0}),
     ("pad", [((2, 3), "n")], {"pads": (1, 0, 0, 2), "mode": "constant", "value": -2.5}),
+    ("pow", [((3, 4), "f"), ((), "c3")], {}),                               # scalar exponents go to torch
+    ("pow", [((2, 3), "p"), ((1,), "ce")], {}),                              # as Python numbers
+    ("pow", [((3,), "f"), ((1, 1), "c3")], {}),                              # ...unless they add dims
     ("sign", [((3, 4), "n")], {}),
     ("cast", [((3, 4), "n")], {"to": DType.FLOAT32}),
     ("cast", [((3, 4), "b")], {"to": DType.FLOAT32}),
@@ -74,6 +77,10 @@ def _array(rng: np.random.Generator, shape: tuple[int, ...], kind: str, index_bo
         return (rng.integers(1, 4, shape) * rng.choice([-1, 1], shape)).astype(np.int64)
     if kind == "h":
         return (rng.integers(-4, 5, shape) + 0.5).astype(F32)
+    if kind == "c3":
+        return np.full(shape, 3.0, F32)
+    if kind == "ce":
+        return rng.uniform(0.5, 2.5, shape).astype(F32)
     x = rng.standard_normal(shape).astype(F32)
     return np.abs(x) + 0.5 if kind == "p" else x
 
@@ -222,6 +229,22 @@ def test_a_kernels_generated_code_and_constants_are_freed_with_it() -> None:
     del kernel, frozen
     gc.collect()
     assert all(ref() is None for ref in alive), "a kernel's frozen constants outlived it"
+
+
+@pytest.mark.parametrize("exponent,scalar", [(np.float32(3.0), True), (np.full((1, 1), 3.0, F32), True),
+                                            (np.full((1, 1, 1), 3.0, F32), False), (np.array([2.0, 3.0], F32), False)])
+def test_a_one_element_exponent_is_traced_as_a_number(exponent: np.ndarray, scalar: bool) -> None:
+    """As a frozen tensor, Inductor computes x ** 3.0 with exp and log per element; as a number it
+    multiplies. An exponent that adds dims by broadcasting, or has more than one value, stays a tensor."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from korch.backends.inductor.backend import CandidateModule
+
+    graph = _one_op("pow", [TensorType((4, 2), DType.FLOAT32)], {}, exponent)
+    traced = make_fx(CandidateModule(graph, "cpu").eval())(torch.zeros(4, 2))
+    targets = {n.target for n in traced.graph.nodes if n.op == "call_function"}
+    aten = torch.ops.aten.pow
+    assert (aten.Tensor_Scalar in targets, aten.Tensor_Tensor in targets) == (scalar, not scalar), targets
 
 
 def _one_op(op: str, inputs: list[TensorType], attrs: dict[str, Any], constant: np.ndarray | None = None) -> Graph:
