@@ -245,7 +245,8 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     reason = backend.supports(sub)
     if reason is not None:
         return rejected(f"unsupported: {reason}", Rejection.UNSUPPORTED)
-    if cand.size == len(graph.nodes):        # the whole model: as a plan of one kernel runs it
+    whole = cand.size == len(graph.nodes)
+    if whole:        # the whole model: as a plan of one kernel runs it
         options = replace(options, runs_alone=True)
     try:
         kernel = compile_candidate(graph, cand, job.backend, options, source)
@@ -265,12 +266,14 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", Rejection.INACCURATE,
                         worst)
     where = None if options.runs_alone else placement(threads)
+    extend = settings.whole_model_max_seconds if whole and settings.precision else None
     with pinned(where.caller if where is not None else None):
         timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
                          min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep,
-                         precision=settings.precision)
+                         precision=settings.precision,
+                         max_seconds=None if extend is None else max(extend, settings.min_seconds))
     lap("timing")
-    if keep is not None and cand.size == len(graph.nodes):
+    if keep is not None and whole:
         keep(cand.key, job.backend, kernel, sub)
         lap("keep")
     return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst,

@@ -110,7 +110,7 @@ class Timing:
 def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: int = DEFAULT_REPEATS,
             min_seconds: float = DEFAULT_MIN_SECONDS, max_runs: int = MAX_RUNS,
             clock: Clock = time.perf_counter_ns, before: Callable[[], object] | None = None,
-            precision: float | None = None) -> Timing:
+            precision: float | None = None, max_seconds: float | None = None) -> Timing:
     """Time `fn()`: `warmup` untimed calls, then timed calls until `repeats` runs and `min_seconds` are done.
 
     Each call is timed on its own. The time counted toward `min_seconds` is wall time since the first
@@ -119,21 +119,31 @@ def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: 
     timed call (a CacheSweep: each call then starts as it would inside a plan).
 
     `precision` (a fraction): once `repeats` runs are done, stop as soon as the median is pinned
-    within +-precision (`median_known`), without waiting for `min_seconds`.
+    within +-precision (`median_known`), without waiting for `min_seconds`. With `max_seconds` too,
+    a median not yet pinned when `repeats` and `min_seconds` are done keeps the timing going until it
+    is, or until `max_seconds` have passed: a slow call otherwise stops at `repeats` runs, and five
+    runs of a noisy one can put its median anywhere between their min and max.
     """
     _check_counts(warmup=warmup, repeats=repeats, max_runs=max_runs)
     if min_seconds < 0:
         raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
     if precision is not None and not precision > 0:
         raise ValueError(f"precision must be > 0, got {precision}")
+    if max_seconds is not None and (precision is None or not max_seconds >= min_seconds):
+        raise ValueError(f"max_seconds ({max_seconds}) needs a precision and must be >= min_seconds ({min_seconds})")
     for _ in range(warmup):
         fn()
     min_ns = min_seconds * 1e9
+    max_ns = max_seconds * 1e9 if max_seconds is not None else min_ns
     samples: list[int] = []
     start = clock()
-    while len(samples) < max_runs and (len(samples) < repeats or clock() - start < min_ns):
-        if precision is not None and len(samples) >= repeats and median_known(samples, precision):
-            break
+    while len(samples) < max_runs:
+        if len(samples) >= repeats:
+            if precision is not None and median_known(samples, precision):
+                break
+            elapsed = clock() - start
+            if elapsed >= min_ns and (max_seconds is None or elapsed >= max_ns):
+                break
         if before is not None:
             before()
         t0 = clock()

@@ -15,7 +15,14 @@ from onnx import TensorProto, helper, numpy_helper
 from korch.pipeline import optimize
 from korch.profile.database import ProfileDB, Status
 from korch.profile.profiler import ACCURACY_REJECTION
-from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
+from korch.settings import (
+    QUICK_CALIBRATION,
+    QUICK_PROFILE,
+    QUICK_SELECTION,
+    AccuracyPolicy,
+    OptimizeSettings,
+    ProfileSettings,
+)
 from korch.verify import diff_outputs, random_feeds, run_onnxruntime
 
 # Terms per row, and the offset each term carries: the row sum is ~ N * OFFSET, minus N * OFFSET again,
@@ -66,7 +73,7 @@ def test_kernels_are_judged_by_the_fp32_floor_and_strict_rejections_are_retried(
     assert d.rel <= stats.kernel_tolerance, d
 
 
-def _records(db: ProfileDB, backend: str = "onnxruntime"):
+def _records(db: ProfileDB, backend: str = "onnxruntime", profile: ProfileSettings = QUICK_PROFILE):
     import sqlite3
 
     with sqlite3.connect(db.path) as conn:
@@ -75,7 +82,7 @@ def _records(db: ProfileDB, backend: str = "onnxruntime"):
     from korch.profile.database import machine_fingerprint
     from korch.profile.profiler import record_version
 
-    version = record_version(get_backend(backend), QUICK_PROFILE)
+    version = record_version(get_backend(backend), profile)
     return db.get_many(keys, backend, version, 1, machine_fingerprint()).values()
 
 

@@ -68,6 +68,29 @@ def test_precision_stops_once_the_median_is_pinned_and_not_before_repeats() -> N
     assert timing.runs == 10                                          # no precision: as before
 
 
+def test_max_seconds_extends_a_slow_noisy_timing_until_its_median_is_pinned() -> None:
+    """Five runs of a 0.4 s call fill min_seconds at once; with max_seconds a noisy start keeps it going."""
+    ms = 1_000_000
+    # a noisy first five (min to max 300-520 ms), then steady at 400 ms +-1%
+    durations = [520 * ms, 300 * ms, 480 * ms, 350 * ms, 450 * ms] + [400 * ms, 404 * ms, 396 * ms] * 100
+    clock = FakeClock()
+    timing = measure(clock.task("f", durations), warmup=0, repeats=5, min_seconds=0.02, clock=clock, precision=0.03)
+    assert timing.runs == 5                                           # as before: stops at repeats
+    clock = FakeClock()
+    timing = measure(clock.task("f", durations), warmup=0, repeats=5, min_seconds=0.02, clock=clock, precision=0.03,
+                     max_seconds=30.0)
+    assert 5 < timing.runs < 75                                       # pinned before the cap
+    assert timing.median_s == pytest.approx(0.4, rel=0.03)
+    clock = FakeClock()
+    noisy = clock.task("f", [520 * ms, 300 * ms, 480 * ms, 350 * ms])  # never pinned: the cap ends it
+    timing = measure(noisy, warmup=0, repeats=5, min_seconds=0.02, clock=clock, precision=0.03, max_seconds=3.0)
+    assert timing.runs == 8                                           # 2.95 s after seven calls, 3.3 after eight
+    with pytest.raises(ValueError, match="max_seconds"):
+        measure(lambda: None, min_seconds=0.1, precision=0.03, max_seconds=0.05)
+    with pytest.raises(ValueError, match="max_seconds"):
+        measure(lambda: None, max_seconds=1.0)
+
+
 def test_median_is_known_from_order_statistics() -> None:
     from korch.profile.timing import median_known
 
