@@ -557,7 +557,7 @@ INDUCTOR_DISCOUNT = 0.01
 # comparison is exercised (a plan may switch to the whole model), cheaply.
 # These tests are about correct plans, not timings: kernels are timed back to back (a cache sweep per
 # timed call cost these tests 2 of their 3 minutes), and in-plan costs take two runs.
-FAST_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0, cold_cache=False)
+FAST_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0, cold_cache=False, whole_model_max_seconds=None)
 FAST_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=2, refine_runs=2)
 
 
