@@ -93,7 +93,6 @@ def test_cli_optimize_runs_opaque_nodes_and_strict_refuses(tmp_path: Path, capsy
 
 
 @pytest.mark.slow          # ~11 s: Inductor's first compile in a process
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 def test_optimize_with_inductor_keeps_opaque_nodes_in_onnxruntime(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     plan = korch.optimize(topk_model(), threads=1, backends=["onnxruntime", "inductor"], cache_dir=tmp_path)

@@ -15,8 +15,6 @@ import onnx
 import pytest
 
 torch = pytest.importorskip("torch")
-# torch.compile itself triggers this deprecation inside torch; it says nothing about korch.
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 from korch.backends.base import CompileOptions  # noqa: E402
 from korch.backends.inductor import InductorBackend  # noqa: E402

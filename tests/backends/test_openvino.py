@@ -15,8 +15,6 @@ import pytest
 from onnx import helper, numpy_helper
 
 pytest.importorskip("openvino")
-# korch bench's torch.compile peer triggers this deprecation inside torch; it says nothing about korch.
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 import korch  # noqa: E402
 from korch import __version__  # noqa: E402
