@@ -26,10 +26,9 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from korch.backends.onnxruntime import make_session  # noqa: E402
 from korch.profile.timing import SETTLE_SECONDS, interleaved  # noqa: E402
+from korch.zoo.export import IR_VERSION  # noqa: E402          (one onnxruntime reads; onnx 1.23 writes 14)
 
 SHAPES = [(128, 768, 768), (128, 768, 3072), (128, 3072, 768), (197, 768, 768), (197, 768, 3072), (197, 3072, 768)]
-# The IR version onnxruntime reads (onnx 1.23 writes 14).
-IR_VERSION = 9
 
 
 def onnx_linear(w: np.ndarray, b: np.ndarray, m: int) -> onnx.ModelProto:

@@ -133,16 +133,14 @@ def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: 
         raise ValueError(f"max_seconds ({max_seconds}) needs a precision and must be >= min_seconds ({min_seconds})")
     for _ in range(warmup):
         fn()
-    min_ns = min_seconds * 1e9
-    max_ns = max_seconds * 1e9 if max_seconds is not None else min_ns
+    stop_ns = (max_seconds if max_seconds is not None else min_seconds) * 1e9          # >= min_seconds
     samples: list[int] = []
     start = clock()
     while len(samples) < max_runs:
         if len(samples) >= repeats:
             if precision is not None and median_known(samples, precision):
                 break
-            elapsed = clock() - start
-            if elapsed >= min_ns and (max_seconds is None or elapsed >= max_ns):
+            if clock() - start >= stop_ns:
                 break
         if before is not None:
             before()
