@@ -118,6 +118,9 @@ REPACKS: dict[str, Repack] = {
     "mkldnn::_linear_pointwise": Repack("W", lambda t, a: t.to_dense(),
                                         lambda w, a: torch.ops.mkldnn._reorder_linear_weight(w, a["X"][0]), ("X",)),
     "mkldnn::_convolution_pointwise": Repack("W", lambda t, a: t.to_dense(), _conv, _CONV_ARGS),
+    # the binary variant that adds into its `other` operand in place (a conv whose output is summed
+    # with a buffer nothing else reads: residual adds in conv nets); its weight is packed the same way
+    "mkldnn::_convolution_pointwise_": Repack("W", lambda t, a: t.to_dense(), _conv, _CONV_ARGS),
     "mkldnn::_convolution_transpose_pointwise": Repack("W", _unpacked_transposed, _conv_transpose,
                                                        _CONV_ARGS + ("output_padding",)),
 }
