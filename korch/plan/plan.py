@@ -41,6 +41,7 @@ from korch.plan.schedule import Schedule, ScheduleError, check_schedule
 
 if TYPE_CHECKING:
     import onnx
+    from google.protobuf.message import Message
 
 PLAN_FORMAT = 4
 WEIGHTS_FILE = "original.weights"
@@ -341,11 +342,23 @@ def _by_name(graph: Graph, weights: WeightsFile, names: Mapping[str, str], skip:
         array = graph.constants[name]
         if array.dtype != np.dtype(dtype) or array.nbytes != length or offset + length > len(written):
             continue
-        stored = np.frombuffer(written, np.uint8, length, offset)          # bit for bit (-0.0, NaN)
-        if np.array_equal(stored, np.ascontiguousarray(array).reshape(-1).view(np.uint8)):
+        stored = np.frombuffer(written, array.dtype, array.size, offset).reshape(array.shape)
+        if _same_bits(stored, array):
             mapped[name] = Mapped(weights.name, offset, dtype, tuple(array.shape))
         del stored                         # (no view may outlive the mapping)
+        _let_go(written, offset, length)
     return mapped
+
+
+def _let_go(written: mmap.mmap, offset: int, length: int) -> None:
+    """Drop the pages of written[offset:offset + length] from this process once compared. Each page
+    read stays resident while the file is mapped: comparing gpt2-small's 500 MB of weights took the
+    optimize's resident memory 750 MB up while it saved the plan (benchmarks/plan_save_memory.py).
+    The file's pages stay in the page cache; only this mapping lets them go."""
+    start = offset - offset % mmap.PAGESIZE
+    end = min(len(written), offset + length)
+    if end > start and hasattr(mmap, "MADV_DONTNEED"):
+        written.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def _by_content(graph: Graph, weights: WeightsFile, skip: set[str], written: mmap.mmap) -> dict[str, Mapped]:
@@ -361,6 +374,7 @@ def _by_content(graph: Graph, weights: WeightsFile, skip: set[str], written: mma
             continue
         for offset, dims in candidates.get((array.dtype.str, array.nbytes), ()):
             layout = _held_as(written, offset, dims, array)
+            _let_go(written, offset, array.nbytes)
             if layout is not None:
                 mapped[name] = Mapped(weights.name, offset, array.dtype.str, *layout)
                 break
@@ -371,22 +385,42 @@ def _held_as(written: mmap.mmap, offset: int, dims: tuple[int, ...],
              array: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """How the bytes at `offset` (an initializer of `dims`) hold `array`, bit for bit: (its shape, ())
     as they are, ((cols, rows), (1, 0)) transposed, else None."""
-    want = np.ascontiguousarray(array)
     stored = np.frombuffer(written, array.dtype, array.size, offset)
     held = None
     try:
-        if np.array_equal(stored.view(np.uint8), want.reshape(-1).view(np.uint8)):
+        if _same_bits(stored.reshape(array.shape), array):
             return tuple(array.shape), ()
         if array.ndim != 2 or tuple(dims) != array.shape[::-1]:
             return None
         held = stored.reshape(dims)
-        if not np.array_equal(np.ascontiguousarray(held[:, 0]).view(np.uint8), want[0].view(np.uint8)):
-            return None                   # (the first row settles most non-matches without a copy)
-        if np.array_equal(np.ascontiguousarray(held.T).reshape(-1).view(np.uint8), want.reshape(-1).view(np.uint8)):
+        if not _same_bits(held[:, 0], array[0]):
+            return None                   # (the first row settles most non-matches at once)
+        if _same_bits(held.T, array):
             return tuple(dims), (1, 0)
         return None
     finally:
         del stored, held                  # (no view may outlive the mapping)
+
+
+# The most bytes of either side `_same_bits` copies at a time (one row, if a row is larger).
+_COMPARE_BLOCK = 8 << 20
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray, block: int = _COMPARE_BLOCK) -> bool:
+    """Whether x and y (one shape and dtype, any strides) hold the same bytes (-0.0 is not 0.0, a NaN
+    equals the same NaN), a block of rows at a time: comparing whole weights made a contiguous copy
+    of each side and a mask as large, and gpt2-small's 154 MB embedding matrix, held transposed, put
+    the save's peak 590 MB above what the optimize held (benchmarks/plan_save_memory.py)."""
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.ndim == 0:
+        x, y = x.reshape(1), y.reshape(1)
+    step = max(1, block // max(1, x[:1].nbytes))
+    for i in range(0, len(x), step):
+        a, b = np.ascontiguousarray(x[i:i + step]), np.ascontiguousarray(y[i:i + step])
+        if not np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)):
+            return False
+    return True
 
 
 def _write_manifest(directory: Path, skip_dirs: tuple[str, ...] = ()) -> None:
@@ -459,41 +493,73 @@ def _save_kernels(plan: Plan, directory: Path) -> dict[str, str]:
 
 def _save_source(source: OnnxSource, directory: Path) -> OnnxSource:
     """original.onnx with its large initializers moved to WEIGHTS_FILE, and value_map.json; returns
-    the source as saved."""
+    the source as saved.
+
+    The saved model is built field by field, each large initializer without its data: copying the
+    whole model first (and then each weight out of the copy twice more) held the weights three times
+    over for a moment, gpt2-small's optimize peaking 830 MB above its selection while it saved the
+    plan (benchmarks/plan_save_memory.py, BENCHMARKS.md)."""
     import onnx
     from onnx import numpy_helper
 
     mappable = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
                 onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
                 onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
-    model = onnx.ModelProto()
-    model.CopyFrom(source.model)
+    model = _copy_fields(source.model, onnx.ModelProto(), skip=("graph",))
+    _copy_fields(source.model.graph, model.graph, skip=("initializer",))
     offset = 0
     with open(directory / WEIGHTS_FILE, "wb") as f:
-        for tensor in model.graph.initializer:
-            if tensor.data_location == onnx.TensorProto.EXTERNAL:
-                array = _read_external(tensor, source.weights_dir)      # a loaded plan, saved again
-            elif tensor.data_type in mappable:
-                array = numpy_helper.to_array(tensor)
-                if array.nbytes < EXTERNAL_MIN_BYTES:
-                    continue
+        for original in source.model.graph.initializer:
+            if original.data_location == onnx.TensorProto.EXTERNAL:
+                array = _read_external(original, source.weights_dir)      # a loaded plan, saved again
+            elif original.data_type in mappable and _value_bytes(original) >= EXTERNAL_MIN_BYTES:
+                array = numpy_helper.to_array(original)
             else:
+                model.graph.initializer.add().CopyFrom(original)
                 continue
+            tensor = _copy_fields(original, model.graph.initializer.add(), skip=_TENSOR_DATA + ("external_data",))
             pad = -offset % WEIGHTS_ALIGN
             f.write(b"\0" * pad)
             offset += pad
-            f.write(np.ascontiguousarray(array).tobytes())
-            for name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
-                tensor.ClearField(name)
+            length = array.nbytes
+            f.write(memoryview(np.ascontiguousarray(array)).cast("B"))
+            del array
             tensor.data_location = onnx.TensorProto.EXTERNAL
-            del tensor.external_data[:]
-            for key, value in (("location", WEIGHTS_FILE), ("offset", str(offset)), ("length", str(array.nbytes))):
+            for key, value in (("location", WEIGHTS_FILE), ("offset", str(offset)), ("length", str(length))):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, value
-            offset += array.nbytes
+            offset += length
     (directory / "original.onnx").write_bytes(model.SerializeToString())
     (directory / "value_map.json").write_text(json.dumps(dict(source.value_map)))
     return OnnxSource(model, source.value_map, directory)
+
+
+# The fields of a TensorProto that hold its values (string_data is never moved out).
+_TENSOR_DATA = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data")
+
+
+def _copy_fields(source: Message, target: Message, skip: tuple[str, ...]) -> Message:
+    """`target` given every field `source` has set, except those named in `skip`; returns `target`."""
+    from google.protobuf.message import Message
+
+    for descriptor, value in source.ListFields():
+        if descriptor.name in skip:
+            continue
+        if isinstance(value, Message):
+            getattr(target, descriptor.name).CopyFrom(value)
+        elif isinstance(value, (bytes, str, int, float)):       # a scalar (bool and enums are ints)
+            setattr(target, descriptor.name, value)
+        else:                                                    # a repeated field
+            getattr(target, descriptor.name).extend(value)
+    return target
+
+
+def _value_bytes(tensor: onnx.TensorProto) -> int:
+    """The bytes of a tensor's values as an array of its (numeric) type, from its dims."""
+    from onnx import helper
+
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    return dtype.itemsize * int(np.prod(tuple(tensor.dims), dtype=np.int64))
 
 
 def _external_info(tensor: onnx.TensorProto) -> tuple[str, int, int]:
