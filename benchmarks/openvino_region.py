@@ -29,6 +29,16 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
 
+def whole_model(graph, model):          # (korch's Graph and an onnx.ModelProto: imported lazily)
+    """The whole model as the profiler's candidate: every primitive, every ONNX node (a region)."""
+    from korch.candidates.candidate import Candidate, boundary
+    from korch.frontend.engines import node_key
+
+    nodes = tuple(range(len(graph.nodes)))
+    inputs, outputs = boundary(graph, nodes)
+    return Candidate(nodes, inputs, outputs, "whole", tuple(node_key(n) for n in model.graph.node))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", help="a zoo model name or an .onnx file")
@@ -37,8 +47,6 @@ def main() -> None:
     args = parser.parse_args()
 
     from korch.backends import CompileOptions, get_backend
-    from korch.candidates.candidate import Candidate, boundary
-    from korch.frontend.engines import node_key
     from korch.frontend.regions import region_model
     from korch.ir.onnx_source import OnnxSource
     from korch.pipeline import run_fission
@@ -51,9 +59,8 @@ def main() -> None:
         fissioned = run_fission(args.model, cache_dir=tmp)
         graph, model = fissioned.graph, fissioned.model
         source = OnnxSource(model, dict(fissioned.value_map or {}))
-        nodes = tuple(range(len(graph.nodes)))
-        inputs, outputs = boundary(graph, nodes)
-        whole = Candidate(nodes, inputs, outputs, "whole", tuple(node_key(n) for n in model.graph.node))
+        whole = whole_model(graph, model)
+        inputs, outputs = whole.inputs, whole.outputs
         options = CompileOptions(threads=args.threads, runs_alone=True)          # as the profiler compiles it
 
         path = Path(tmp) / "model.onnx"

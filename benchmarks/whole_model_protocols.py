@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
@@ -37,9 +38,9 @@ def main() -> None:
     parser.add_argument("--engines", default="onnxruntime,openvino")
     args = parser.parse_args()
 
+    from openvino_region import whole_model
+
     from korch.backends import CompileOptions
-    from korch.candidates.candidate import Candidate, boundary
-    from korch.frontend.engines import node_key
     from korch.ir.onnx_source import OnnxSource
     from korch.pipeline import run_fission
     from korch.profile.profiler import compile_candidate
@@ -53,12 +54,10 @@ def main() -> None:
         fissioned = run_fission(args.model, cache_dir=tmp)
         graph, model = fissioned.graph, fissioned.model
         source = OnnxSource(model, dict(fissioned.value_map or {}))
-        nodes = tuple(range(len(graph.nodes)))
-        inputs, outputs = boundary(graph, nodes)
-        whole = Candidate(nodes, inputs, outputs, "whole", tuple(node_key(n) for n in model.graph.node))
+        whole = whole_model(graph, model)
         options = CompileOptions(threads=args.threads, runs_alone=True)          # as the profiler compiles it
         feeds = random_feeds(graph, 0)
-        feed = [feeds[n] for n in inputs]
+        feed = [feeds[n] for n in whole.inputs]
         calls = {}
         for engine in engines:
             kernel = compile_candidate(graph, whole, engine, options, source)

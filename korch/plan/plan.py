@@ -588,7 +588,6 @@ def _load_source(path: Path) -> tuple[onnx.ModelProto, dict[str, str]]:
 
 def _read_source(path: Path) -> tuple[onnx.ModelProto, dict[str, str]]:
     import onnx
-    from onnx import helper
 
     model = onnx.load(str(path / "original.onnx"), load_external_data=False)
     weights_path = path / WEIGHTS_FILE
@@ -597,9 +596,7 @@ def _read_source(path: Path) -> tuple[onnx.ModelProto, dict[str, str]]:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         location, offset, length = _external_info(tensor)
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
-        if (location != WEIGHTS_FILE or offset < 0 or offset + length > size
-                or length != dtype.itemsize * int(np.prod(tuple(tensor.dims), dtype=np.int64))):
+        if location != WEIGHTS_FILE or offset < 0 or offset + length > size or length != _value_bytes(tensor):
             raise ValueError(f"initializer {tensor.name!r} points outside {WEIGHTS_FILE} "
                              f"({location}, offset {offset}, length {length}, file size {size})")
     return model, json.loads((path / "value_map.json").read_text())
