@@ -50,36 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(args.work / "inductor-cache"))
 
-    from korch.api import default_backends
-    from korch.frontend.regions import OnnxSource
-    from korch.pipeline import build_options, enumerate_all, plan_checker, profile_pools, run_fission
-    from korch.profile.boundaries import boundary_model
-    from korch.profile.database import ProfileDB, machine_fingerprint
-    from korch.profile.profiler import profile
     from korch.profile.timing import SETTLE_SECONDS, TURN_WARMUP, measure
     from korch.runtime import Session
     from korch.runtime.session import compile_step
-    from korch.select.measured import _Context
-    from korch.settings import OptimizeSettings
 
-    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
-    db = ProfileDB(args.work / "profile-cache" / "profiles.sqlite")
-    machine = machine_fingerprint()
-    fissioned = run_fission(args.model, cache_dir=db.path.parent)
-    graph = fissioned.graph
-    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
-    cands = enumerate_all(graph, settings)
-    profiled = profile(graph, profile_pools(graph, cands, settings), db, settings.threads, machine, settings.profile,
-                       settings.accuracy, settings.seed, None, source)
-    if profiled.measured:
-        print(f"warning: {profiled.measured} candidates were not in the cache and were profiled now", file=sys.stderr)
-    options, steps = build_options(graph, cands, profiled, settings)
-    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
-                                settings.profile.cold_cache)
-    ctx = _Context(graph, options, steps, source, settings, machine, boundaries,
-                   plan_checker(graph, fissioned.model, settings))
-    selection = ctx.solve(ctx.split_options)
-    plan, predicted = ctx.plan(selection)
+    ctx, selection, plan, predicted = first_split_plan(args.work, args.model, args.threads)
+    graph, boundaries = ctx.graph, ctx.boundaries
     kernels = [compile_step(plan, s) for s in plan.steps]
     session = Session(plan, kernels)
     feeds = ctx.feeds
@@ -187,6 +163,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {k + 1} | {step.backend} | {len(step.nodes)} | {len(step.onnx_nodes)} | {nbytes / 2**20:.2f} | "
               f"{prof * ms:.3f} | {h * ms:.3f} | {c * ms:.3f} | {ip * ms:.3f} | {pz * ms:.3f} | {b * ms:.3f} |")
     return 0
+
+
+def first_split_plan(work: Path, model: str, threads: int):
+    """Measured selection's context for `model` over WORK's profile cache (profiling whatever it lacks),
+    and the first split plan it solves for from the profiles: (context, selection, plan, predicted s)."""
+    from korch.api import default_backends
+    from korch.frontend.regions import OnnxSource
+    from korch.pipeline import build_options, enumerate_all, profile_pools, run_fission
+    from korch.profile.boundaries import boundary_model
+    from korch.profile.database import ProfileDB, machine_fingerprint
+    from korch.profile.profiler import profile
+    from korch.select.measured import _Context
+    from korch.settings import OptimizeSettings
+
+    settings = OptimizeSettings(threads=threads, backends=default_backends())
+    db = ProfileDB(work / "profile-cache" / "profiles.sqlite")
+    machine = machine_fingerprint()
+    fissioned = run_fission(model, cache_dir=db.path.parent)
+    graph = fissioned.graph
+    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+    cands = enumerate_all(graph, settings)
+    profiled = profile(graph, profile_pools(graph, cands, settings), db, settings.threads, machine, settings.profile,
+                       settings.accuracy, settings.seed, None, source)
+    if profiled.measured:
+        print(f"warning: {profiled.measured} candidates were not in the cache and were profiled now", file=sys.stderr)
+    options, steps = build_options(graph, cands, profiled, settings)
+    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
+                                settings.profile.cold_cache)
+    ctx = _Context(graph, options, steps, source, settings, machine, boundaries, None)
+    selection = ctx.solve(ctx.split_options)
+    plan, predicted = ctx.plan(selection)
+    return ctx, selection, plan, predicted
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -219,6 +219,41 @@ class Session:
                    replace(u, lanes=tuple(tuple(timed(op) for op in lane) for lane in u.lanes))
                    for u in self._program]
         self._execute(self._check_feeds(feeds), program)
+        return times
+
+    def step_inputs(self, feeds: Mapping[str, np.ndarray]) -> list[list[np.ndarray]]:
+        """Each step's inputs as one run of the plan gives them, by plan step: copies, since a kernel
+        may hand out buffers that its next call overwrites (for `alone_times`)."""
+        inputs: list[list[np.ndarray]] = [[] for _ in self.plan.steps]
+
+        def capture(op: _Op) -> _Op:
+            call = op.run
+
+            def run(args):
+                inputs[op.step] = [np.array(a, copy=True, order="C") for a in args]
+                return call(args)  # type: ignore[operator]
+            return replace(op, run=run)
+
+        program = [capture(u) if isinstance(u, _Op) else
+                   replace(u, lanes=tuple(tuple(capture(op) for op in lane) for lane in u.lanes))
+                   for u in self._program]
+        self._execute(self._check_feeds(feeds), program)
+        return inputs
+
+    def alone_times(self, inputs: Sequence[Sequence[np.ndarray]],
+                    before: Callable[[], object] | None = None) -> list[float]:
+        """Each step's kernel called once on its own, on its `inputs` (from `step_inputs`), in plan order,
+        each call after `before()` (a cache sweep, as the profiler times kernels): seconds by plan step.
+        Timed in turn with `step_times`, this says how much of a step's time in the plan is the plan's
+        doing and how much the machine's speed at that moment."""
+        times = []
+        with pinned(self._caller_cpu):
+            for kernel, args in zip(self.kernels, inputs):
+                if before is not None:
+                    before()
+                t0 = time.perf_counter()
+                kernel.run(list(args))
+                times.append(time.perf_counter() - t0)
         return times
 
     def _execute(self, env: dict[str, np.ndarray], program: Sequence[_Op | _Fork]) -> dict[str, np.ndarray]:

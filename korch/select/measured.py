@@ -12,6 +12,9 @@ close contenders wrongly. So:
    the chosen kernels profiled at 3.7 ms, took 5.4 ms timed alone again and 7.1 ms in the plan).
    So each kernel's time in the plan, less the boundary costs the BLP charges it, replaces its
    profile, and the BLP is solved again, until it chooses only kernels already timed in a plan
+   (in-plan times are taken at the speed the machine had when the kernels were profiled: each
+   round is divided by how much slower than their profiles the plan's kernels then ran alone,
+   InPlanTimes)
    (`refine_rounds` at most). The last plan is timed end to end; its prediction (in-plan costs +
    boundaries) is kept beside its measured time.
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
@@ -61,7 +64,7 @@ from korch.plan.schedule import Schedule, ScheduleError
 from korch.plan.store import stored_kernels
 from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
-from korch.profile.timing import measure, paired_ratio, side_by_side
+from korch.profile.timing import CacheSweep, measure, paired_ratio, side_by_side
 from korch.runtime import Session, compile_plan
 from korch.runtime.session import compile_step
 from korch.select.blp import Option, Selection, SelectionError, solve
@@ -73,7 +76,7 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v8-paired-duels"
+PROCEDURE = "measured-selection-v9-in-plan-speed"
 SPLIT = "split"
 
 
@@ -145,6 +148,57 @@ class Selected:
     check: PlanCheck | None = None        # the kept plan's accuracy check, when selection ran one (or remembered it)
     problem: str = ""                     # selection_problem_key: where the kept plan's check is remembered
     check_remembered: bool = False        # `check` is the one this plan passed on these weights in an earlier run
+
+
+@dataclass(frozen=True)
+class InPlanTimes:
+    """A split plan's steps timed round by round (seconds, [round][step]): inside a run of the plan,
+    and alone right after it, each call after a cache sweep as the profiler timed it.
+
+    A kernel's time in the plan differs from its profile by what the plan does to it (its inputs
+    arrive from another kernel, another engine's pool still spins) and by how fast the machine runs
+    at the time. The second is not the plan's: cold, segformer-b0's first split plan measured 496 ms
+    in the plan, every kernel about 1.5x its profile, and the same plan 312 ms a few minutes later,
+    at its prediction of 320 (a VM's neighbours, not the plan). Timed so, it would have been dropped
+    for kernels whose profiles were right. So each round's in-plan times are divided by that round's
+    `slowdowns()`: how much slower than their profiles the same kernels ran alone in that round. A
+    kernel's own surprise in the plan is kept; the machine's, common to the kernels, goes."""
+
+    in_plan: tuple[tuple[float, ...], ...]
+    alone: tuple[tuple[float, ...], ...]
+    profiled: tuple[float, ...]           # each step's profile
+
+    def slowdowns(self) -> list[float]:
+        """Per round, the median of the steps' alone times over their profiles, each step weighted by
+        its profile (so microsecond kernels' timer noise does not decide, nor one kernel whose profile
+        was itself taken in a slow minute): 1.0 where the machine ran as fast as when they were
+        profiled."""
+        return [_weighted_median([(a / p, p) for a, p in zip(r, self.profiled) if a > 0 and p > 0]) for r in self.alone]
+
+    def slowdown(self) -> float:
+        return statistics.median(self.slowdowns())
+
+    def step_seconds(self) -> list[float]:
+        """Each step's median over rounds of its in-plan time divided by the round's slowdown."""
+        rounds = list(zip(self.in_plan, self.slowdowns()))
+        return [statistics.median(times[k] / slow for times, slow in rounds) for k in range(len(self.profiled))]
+
+    def as_timed_s(self) -> float:
+        """The steps' in-plan medians, summed, as timed (not corrected for the machine's speed)."""
+        return sum(statistics.median(times[k] for times in self.in_plan) for k in range(len(self.profiled)))
+
+
+def _weighted_median(pairs: Sequence[tuple[float, float]]) -> float:
+    """The value at which the (value, weight) pairs' cumulative weight reaches half (1.0 if none)."""
+    if not pairs:
+        return 1.0
+    ordered = sorted(pairs)
+    half, running = sum(w for _, w in ordered) / 2, 0.0
+    for value, weight in ordered:
+        running += weight
+        if running >= half:
+            return value
+    return ordered[-1][0]
 
 
 @dataclass(frozen=True)
@@ -277,18 +331,29 @@ class _Context:
                 self._kernels[step] = compile_step(plan, step)
         return Session(plan, [self._kernels[step] for step in plan.steps])
 
-    def in_plan_costs(self, plan: Plan, session: Session) -> dict[str, float]:
-        """Each kernel's median time in the plan, less the boundary costs the BLP charges it for its
-        inputs from the plan's other kernels (so a re-solve over these costs predicts this plan's time)."""
+    def in_plan_times(self, plan: Plan, session: Session) -> InPlanTimes:
+        """The plan's steps timed `refine_runs` rounds, each round a run of the plan with every step
+        timed, then every step alone after a cache sweep, as the profiler timed it (InPlanTimes)."""
         s = self.settings.selection
         for _ in range(s.plan_warmup):
             session.run(None, self.feeds)
-        runs = [session.step_times(self.feeds) for _ in range(s.refine_runs)]
+        args = session.step_inputs(self.feeds)
+        sweep = CacheSweep() if self.settings.profile.cold_cache else None
+        in_plan, alone = [], []
+        for _ in range(s.refine_runs):
+            in_plan.append(tuple(session.step_times(self.feeds)))
+            alone.append(tuple(session.alone_times(args, sweep)))
+        return InPlanTimes(tuple(in_plan), tuple(alone), tuple(st.cost_s for st in plan.steps))
+
+    def in_plan_costs(self, plan: Plan, times: InPlanTimes) -> dict[str, float]:
+        """Each kernel's time in the plan at the speed the machine had when it was profiled
+        (InPlanTimes.step_seconds), less the boundary costs the BLP charges it for its inputs from the
+        plan's other kernels (so a re-solve over these costs predicts this plan's time)."""
         maker: dict[str, str] = {}
         costs = {}
-        for k, step in enumerate(plan.steps):
+        for step, seconds in zip(plan.steps, times.step_seconds()):
             charged = sum(self.boundary_cost(maker[t], step.backend, t) for t in step.inputs if t in maker)
-            costs[self.cost_key(step)] = max(statistics.median(run[k] for run in runs) - charged, 0.0)
+            costs[self.cost_key(step)] = max(seconds - charged, 0.0)
             maker.update((t, step.backend) for t in step.outputs)
         return costs
 
@@ -489,10 +554,13 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
         session = ctx.compile(plan)
         fresh = sum(ctx.cost_key(st) not in used for st in plan.steps)
         if fresh and round_ < s.refine_rounds:
-            costs.update(ctx.in_plan_costs(plan, session))
-            log.info("split plan %d: %d kernels (%d not yet timed in a plan), predicted %.3f ms, %.3f ms in the plan",
+            times = ctx.in_plan_times(plan, session)
+            costs.update(ctx.in_plan_costs(plan, times))
+            log.info("split plan %d: %d kernels (%d not yet timed in a plan), predicted %.3f ms, %.3f ms in the plan "
+                     "at the profiles' speed (%.3f ms as timed, its kernels alone at %.2fx their profiles)",
                      round_ + 1, len(plan.steps), fresh, predicted * 1e3,
-                     (sum(costs[ctx.cost_key(st)] for st in plan.steps) + selection.boundary_s) * 1e3)
+                     (sum(costs[ctx.cost_key(st)] for st in plan.steps) + selection.boundary_s) * 1e3,
+                     times.as_timed_s() * 1e3, times.slowdown())
             continue
         measured = ctx.time(session)
         log.info("split plan: %d kernels (%d costed by profile alone), predicted %.3f ms (%.3f ms boundaries), "

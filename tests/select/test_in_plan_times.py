@@ -1,0 +1,74 @@
+"""In-plan costs at the profiles' speed: a round's in-plan times are divided by how much slower than
+their profiles the same kernels ran alone in that round, so a machine-wide slowdown is not read as
+the plan's cost, while a kernel's own surprise in the plan is kept. And the two session calls that
+timing needs: each step's inputs as the plan gives them, and each step timed alone on them."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from korch.backends.reference import run_graph
+from korch.profile.timing import CacheSweep
+from korch.runtime import Session
+from korch.select.measured import InPlanTimes
+from korch.verify import random_feeds
+
+from .test_coschedule import branchy_graph, kernels_for, per_node_plan
+
+
+def test_a_slow_round_is_divided_out_and_a_kernels_own_surprise_is_kept() -> None:
+    profiled = (0.010, 0.030)
+    # in the plan, step 0 takes 1.5x its alone time (the plan's doing); step 1 what it takes alone
+    quiet = {"in_plan": (0.015, 0.030), "alone": (0.010, 0.030)}
+    slow = {"in_plan": (0.030, 0.060), "alone": (0.020, 0.060)}           # the machine at half speed
+    times = InPlanTimes((quiet["in_plan"], slow["in_plan"], quiet["in_plan"]),
+                        (quiet["alone"], slow["alone"], quiet["alone"]), profiled)
+    assert times.slowdowns() == pytest.approx([1.0, 2.0, 1.0])
+    assert times.slowdown() == pytest.approx(1.0)
+    assert times.step_seconds() == pytest.approx([0.015, 0.030])
+    all_slow = InPlanTimes((slow["in_plan"],) * 3, (slow["alone"],) * 3, profiled)
+    assert all_slow.as_timed_s() == pytest.approx(0.090)
+    assert all_slow.step_seconds() == pytest.approx([0.015, 0.030])   # as if timed at the profiles' speed
+
+
+def test_the_slowdown_is_not_decided_by_one_odd_profile_or_a_microsecond_kernel() -> None:
+    # step 1's profile was taken in a slow minute (it runs alone at half its profile), step 3 is a
+    # 2 us kernel whose one call took 5x its profile: the machine is at its profiles' speed
+    profiled = (0.010, 0.012, 0.011, 0.000002)
+    times = InPlanTimes(((0.010, 0.006, 0.011, 0.00001),), ((0.010, 0.006, 0.011, 0.00001),), profiled)
+    assert times.slowdown() == pytest.approx(1.0)
+    assert times.step_seconds() == pytest.approx([0.010, 0.006, 0.011, 0.00001])
+
+
+def test_kernels_faster_than_profiled_count_the_same_way_and_empty_profiles_leave_times_alone() -> None:
+    fast = InPlanTimes(((0.004, 0.012),), ((0.004, 0.012),), (0.008, 0.024))
+    assert fast.slowdown() == pytest.approx(0.5) and fast.step_seconds() == pytest.approx([0.008, 0.024])
+    unprofiled = InPlanTimes(((0.004,),), ((0.003,),), (0.0,))
+    assert unprofiled.slowdowns() == [1.0] and unprofiled.step_seconds() == pytest.approx([0.004])
+
+
+def test_step_inputs_are_the_plans_values_and_alone_times_call_each_step_once() -> None:
+    graph = branchy_graph(random.Random(7), 3, 2)
+    plan = per_node_plan(graph, 1)
+    session = Session(plan, kernels_for(plan))
+    feeds = random_feeds(graph, 11)
+    inputs = session.step_inputs(feeds)
+    wanted = {v for st in plan.steps for v in st.inputs}
+    exact = run_graph(graph, feeds, also=wanted)
+    assert len(inputs) == len(plan.steps)
+    for step, args in zip(plan.steps, inputs):
+        assert len(args) == len(step.inputs)
+        for name, value in zip(step.inputs, args):
+            np.testing.assert_allclose(value, exact[name], rtol=1e-5, atol=1e-6)
+    before = []
+    times = session.alone_times(inputs, lambda: before.append(1))
+    assert len(times) == len(plan.steps) and all(t > 0 for t in times) and len(before) == len(plan.steps)
+    for args in inputs:                       # copies: a later run does not change them
+        for a in args:
+            a[...] = np.nan
+    again = dict(zip(graph.outputs, session.run(None, feeds)))
+    np.testing.assert_allclose(again[graph.outputs[0]], exact[graph.outputs[0]], rtol=1e-5, atol=1e-6)
+    assert len(session.alone_times(session.step_inputs(feeds), CacheSweep(1 << 16))) == len(plan.steps)
