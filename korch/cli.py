@@ -67,30 +67,55 @@ def cmd_fission(args: argparse.Namespace) -> int:
 
 
 class ProgressBar:
-    """Counts, rate and ETA on stderr; redrawn in place on a terminal, every 10% otherwise. `what`
-    names the current item (the backend being profiled); a count that starts again at 1 is a new bar."""
+    """Counts, elapsed time and ETA on stderr; redrawn in place on a terminal, otherwise a line every
+    10%, whenever the item being worked on changes (`what`: the backend being profiled), and at
+    least every `quiet_s` seconds. A count that starts again at 1 is a new bar.
 
-    def __init__(self, label: str, enabled: bool) -> None:
+    With `part` (done, total of the items like the current one), the ETA is for those alone, from
+    their own rate: a cold segformer-b0 profiled 4,041 onnxruntime kernels at ~60 ms each, then
+    Inductor's 48 at ~4 s, and a bar averaging over both said "ETA 28s" at 90% with six minutes to go."""
+
+    def __init__(self, label: str, enabled: bool, *, stream=None, clock=time.perf_counter,
+                 quiet_s: float = 60.0) -> None:
         self.label, self.enabled = label, enabled
-        self.start = 0.0
-        self.tty = sys.stderr.isatty()
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock, self.quiet_s = clock, quiet_s
+        self.tty = self.stream.isatty()
+        self.start = self.last_call = self.last_line = 0.0
         self.last_decile = -1
+        self.what: str | None = None
+        self.part_start, self.part_base = 0.0, 0
 
-    def __call__(self, done: int, total: int, what: str) -> None:
+    def __call__(self, done: int, total: int, what: str, part: tuple[int, int] | None = None) -> None:
         if not self.enabled or total == 0:
             return
+        now = self.clock()
         if done <= 1:
-            self.start = time.perf_counter()
-            self.last_decile = -1
-        elapsed = time.perf_counter() - self.start
-        eta = elapsed / done * (total - done) if done else 0.0
-        line = f"{self.label} {done}/{total} ({100 * done // total}%) {elapsed:.0f}s elapsed, ETA {eta:.0f}s [{what}]"
+            self.start = self.last_call = self.last_line = now
+            self.last_decile, self.what = -1, None
+        changed = what != self.what
+        if changed:                       # the items of `what` began when the previous one ended
+            self.what, self.part_start = what, self.last_call
+            self.part_base = part[0] - 1 if part is not None else done - 1
+        self.last_call = now
+        elapsed = now - self.start
+        if part is not None and part[0] > self.part_base:
+            part_done, part_total = part
+            eta = (now - self.part_start) / (part_done - self.part_base) * (part_total - part_done)
+            others = (total - done) - (part_total - part_done)
+            left = f"ETA {eta:.0f}s for {what}" + (f", then {others} more" if others > 0 else "")
+            item = f"{what} {part_done}/{part_total}"
+        else:
+            left = f"ETA {elapsed / done * (total - done):.0f}s"
+            item = what
+        line = f"{self.label} {done}/{total} ({100 * done // total}%) {elapsed:.0f}s elapsed, {left} [{item}]"
         if self.tty:
-            sys.stderr.write("\r" + line.ljust(79) + ("\n" if done == total else ""))
-        elif done * 10 // total != self.last_decile or done == total:
-            self.last_decile = done * 10 // total
-            sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+            self.stream.write("\r" + line.ljust(79) + ("\n" if done == total else ""))
+        elif (done * 10 // total != self.last_decile or done == total or changed
+              or now - self.last_line >= self.quiet_s):
+            self.last_decile, self.last_line = done * 10 // total, now
+            self.stream.write(line + "\n")
+        self.stream.flush()
 
 
 def _settings(args: argparse.Namespace):

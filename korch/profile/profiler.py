@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -39,7 +41,15 @@ log = logging.getLogger("korch.profile")
 # accuracy policy allows more than the kernel's recorded error (see `profile`).
 ACCURACY_REJECTION = "disagrees with reference"
 
-Progress = Callable[[int, int, str], None]
+
+
+class Progress(Protocol):
+    """Called as each item of long work is done: `done` of `total`, `what` it was (the backend
+    profiled), and `part`, when the caller knows it: (done, total) of the items like this one, whose
+    rate says how long they have left (an Inductor kernel takes seconds to profile, an onnxruntime
+    one tens of milliseconds)."""
+
+    def __call__(self, done: int, total: int, what: str, part: tuple[int, int] | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     sweep = CacheSweep() if settings.cold_cache else None
     stream = _streamed_values(graph, feeds, jobs)
     transient: list[Record] = []
+    of_backend = Counter(job.backend for job in jobs)
+    done_of: Counter[str] = Counter()
     for done in range(1, len(jobs) + 1):
         t0 = time.perf_counter()
         job, env = next(stream)
@@ -192,8 +204,9 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         else:
             db.put(record)
         records[(job.candidate.key, job.backend)] = record
+        done_of[job.backend] += 1
         if progress is not None:
-            progress(done, len(jobs), job.backend)
+            progress(done, len(jobs), job.backend, (done_of[job.backend], of_backend[job.backend]))
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
         # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB
