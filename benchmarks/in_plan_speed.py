@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             for proc in procs:
                 proc.kill()
                 proc.wait()
-        corrected = sum(ctx.in_plan_costs(plan, times).values()) + selection.boundary_s
+        costs = ctx.in_plan_costs(plan, times)          # by cost key: structural twins share one
+        corrected = sum(costs[ctx.cost_key(st)] for st in plan.steps) + selection.boundary_s
         slow = sorted(times.slowdowns())
         print(f"| {phase + 1} | {hogs} | {times.slowdown():.2f} ({_q(slow, 0.1):.2f}-{_q(slow, 0.9):.2f}) | "
               f"{times.as_timed_s() * 1e3:.2f} | {corrected * 1e3:.2f} | {corrected / predicted:.3f} |", flush=True)
