@@ -348,14 +348,16 @@ class _Context:
     def in_plan_costs(self, plan: Plan, times: InPlanTimes) -> dict[str, float]:
         """Each kernel's time in the plan at the speed the machine had when it was profiled
         (InPlanTimes.step_seconds), less the boundary costs the BLP charges it for its inputs from the
-        plan's other kernels (so a re-solve over these costs predicts this plan's time)."""
+        plan's other kernels (so a re-solve over these costs predicts this plan's time). Steps whose
+        candidates are structural twins (gpt2-small's layers) share one cost key and one cost in the
+        BLP: their mean, so the twins' costs sum to what they took."""
         maker: dict[str, str] = {}
-        costs = {}
+        by_key: dict[str, list[float]] = {}
         for step, seconds in zip(plan.steps, times.step_seconds()):
             charged = sum(self.boundary_cost(maker[t], step.backend, t) for t in step.inputs if t in maker)
-            costs[self.cost_key(step)] = max(seconds - charged, 0.0)
+            by_key.setdefault(self.cost_key(step), []).append(max(seconds - charged, 0.0))
             maker.update((t, step.backend) for t in step.outputs)
-        return costs
+        return {key: statistics.fmean(values) for key, values in by_key.items()}
 
     def boundary_cost(self, producer: str, consumer: str, value: str) -> float:
         return self.boundaries.cost(producer, consumer, self.graph.types[value])

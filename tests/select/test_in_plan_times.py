@@ -72,3 +72,21 @@ def test_step_inputs_are_the_plans_values_and_alone_times_call_each_step_once() 
     again = dict(zip(graph.outputs, session.run(None, feeds)))
     np.testing.assert_allclose(again[graph.outputs[0]], exact[graph.outputs[0]], rtol=1e-5, atol=1e-6)
     assert len(session.alone_times(session.step_inputs(feeds), CacheSweep(1 << 16))) == len(plan.steps)
+
+
+def test_structural_twins_share_the_mean_of_their_in_plan_times() -> None:
+    """Steps of one cost key (gpt2-small's layers) get one cost, whose sum over the steps is what they took."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from korch.select.measured import _Context
+
+    graph = branchy_graph(random.Random(3), 1, 3)
+    plan = per_node_plan(graph, 1)
+    keys = ["twin", "twin", "solo"]
+    plan = replace(plan, steps=tuple(replace(st, key=k) for st, k in zip(plan.steps, keys)))
+    fake = SimpleNamespace(cost_key=lambda st: f"{st.key}|{st.backend}", boundary_cost=lambda p, c, v: 0.0)
+    times = InPlanTimes(((0.010, 0.014, 0.005),), ((0.010, 0.014, 0.005),), (0.010, 0.014, 0.005))
+    costs = _Context.in_plan_costs(fake, plan, times)
+    assert costs == pytest.approx({"twin|onnxruntime": 0.012, "solo|onnxruntime": 0.005})
+    assert sum(costs[fake.cost_key(st)] for st in plan.steps) == pytest.approx(0.029)
