@@ -67,6 +67,12 @@ class ProfileSettings:
     # Random kernels per guided backend measured first, to rescale its predictions to the machine's
     # speed now: enough for a median within ~15%, few enough to cost seconds (Inductor: ~1.3 s each).
     guide_sample: int = 12
+    # The machine's speed while profiling (korch/profile/speed.py): a small kernel already timed is timed
+    # again this often (seconds; None: not watched), and the kernels timed between two readings of
+    # which one is more than `watch_tolerance` slower than the run's fastest are timed again at the
+    # end. A burst of this VM ran every kernel 1.4-1.6x slower; its drift over half an hour is 10-15%.
+    watch_interval_s: float | None = 5.0
+    watch_tolerance: float = 0.25
 
 
 @dataclass(frozen=True)

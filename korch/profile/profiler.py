@@ -30,6 +30,7 @@ from korch.heap import release_freed_heap
 from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
+from korch.profile.speed import SpeedWatch
 from korch.profile.timing import CacheSweep, measure
 from korch.settings import AccuracyPolicy, ProfileSettings
 from korch.verify import diff_outputs, fp32_errors, random_feeds
@@ -70,6 +71,8 @@ class ProfileOutcome:
     # Where the time went: "reference" (computing the values kernels are fed and checked against),
     # and "<backend> compile" / "<backend> check" / "<backend> timing".
     seconds: Mapping[str, float] = field(default_factory=dict)
+    retimed: int = 0              # kernels timed again because the machine was slow when they were first timed
+    slowest: float | None = None  # the machine's slowest speed reading over its fastest (None: not watched)
 
 
 def accepted(record: Record, tolerance: float) -> bool:
@@ -147,13 +150,18 @@ KeepKernel = Callable[[str, str, Kernel, Graph], None]
 def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileDB, threads: int, machine: str,
             settings: ProfileSettings = ProfileSettings(), accuracy: AccuracyPolicy = AccuracyPolicy(),
             seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None,
-            fp32_error: float | None = None, keep: KeepKernel | None = None) -> ProfileOutcome:
+            fp32_error: float | None = None, keep: KeepKernel | None = None,
+            speed_reader: Callable[[], float] | None = None) -> ProfileOutcome:
     """Ensure a record for every (candidate key, backend) pair of `pools` (backend -> candidates).
 
     Stored records are reused. A kernel is accepted when it is within the accuracy policy's tolerance
     of the reference, given onnxruntime's own fp32 error on this model (`fp32_error` when the caller
     knows it, else computed only when some kernel's acceptance depends on it). `keep` is handed each
     whole-model kernel accepted and timed, before it is dropped (selection compiles those again).
+
+    Kernels timed while the machine ran slow are timed again (korch/profile/speed.py): its speed is
+    read by timing a small kernel again every `watch_interval_s`, or by `speed_reader` when given
+    (seconds per reading: a test's stand-in for that kernel).
     """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
@@ -189,24 +197,86 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     options = CompileOptions(threads=threads, worker_cpus=where.workers if where is not None else ())
     seconds: dict[str, float] = {}
     sweep = CacheSweep() if settings.cold_cache else None
-    stream = _streamed_values(graph, feeds, jobs)
     transient: list[Record] = []
-    of_backend = Counter(job.backend for job in jobs)
-    done_of: Counter[str] = Counter()
-    for done in range(1, len(jobs) + 1):
+    watching = settings.watch_interval_s is not None and bool(jobs)
+    watch = SpeedWatch(settings.watch_tolerance)
+    reader: Callable[[], float] | None = speed_reader if watching else None
+    order: list[Job] = []                 # jobs in the order done, over both passes (SpeedWatch positions)
+    last_read = 0.0
+
+    def read_speed() -> None:
+        nonlocal last_read
+        assert reader is not None
         t0 = time.perf_counter()
-        job, env = next(stream)
-        seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
-        record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds, sweep,
-                              keep)
-        if record.kind is Rejection.TRANSIENT:
-            transient.append(record)
-        else:
-            db.put(record)
-        records[(job.candidate.key, job.backend)] = record
-        done_of[job.backend] += 1
-        if progress is not None:
-            progress(done, len(jobs), job.backend, (done_of[job.backend], of_backend[job.backend]))
+        watch.read(len(order), reader())
+        last_read = time.perf_counter()
+        seconds["speed watch"] = seconds.get("speed watch", 0.0) + last_read - t0
+
+    def watch_after(job: Job, env: Mapping[str, np.ndarray], record: Record) -> None:
+        """Choose the sentinel (the first small kernel timed), then read the machine's speed with it
+        every `watch_interval_s` (korch/profile/speed.py)."""
+        nonlocal reader
+        if not watching:
+            return
+        if reader is None:
+            if record.status is Status.OK and job.candidate.size < len(graph.nodes) and \
+                    SENTINEL_SECONDS[0] <= (record.median_s or 0.0) <= SENTINEL_SECONDS[1]:
+                reader = _sentinel(graph, job, env, options, source, settings, sweep)
+                if reader is not None:
+                    read_speed()
+            return
+        assert settings.watch_interval_s is not None
+        if time.perf_counter() - last_read >= settings.watch_interval_s:
+            read_speed()
+
+    def run(todo: Sequence[Job], again: bool) -> None:
+        """Profile `todo`; `again`: a second profile of kernels timed in a slow spell, of which the
+        faster is kept."""
+        stream = _streamed_values(graph, feeds, todo)
+        of_backend = Counter(job.backend for job in todo)
+        done_of: Counter[str] = Counter()
+        for done in range(1, len(todo) + 1):
+            t0 = time.perf_counter()
+            job, env = next(stream)
+            seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
+            record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
+                                  sweep, keep)
+            pair = (job.candidate.key, job.backend)
+            if again:
+                first = records[pair]
+                if record.status is Status.OK and (record.median_s or 0.0) < (first.median_s or 0.0):
+                    db.put(record)
+                    records[pair] = record
+            elif record.kind is Rejection.TRANSIENT:
+                transient.append(record)
+                records[pair] = record
+            else:
+                db.put(record)
+                records[pair] = record
+            order.append(job)
+            watch_after(job, env, record)
+            done_of[job.backend] += 1
+            if progress is not None:
+                progress(done, len(todo), job.backend, (done_of[job.backend], of_backend[job.backend]))
+
+    if reader is not None:                # a given reader (tests) reads before the first job
+        read_speed()
+    run(jobs, again=False)
+    again: list[Job] = []
+    if reader is not None:
+        read_speed()
+        spoiled = dict.fromkeys(order[k] for k in watch.suspects())
+        # (not whole models: one may take a minute to compile, and selection times them side by side anyway)
+        again = [j for j in spoiled if records[(j.candidate.key, j.backend)].status is Status.OK
+                 and j.candidate.size < len(graph.nodes)]
+        if again:
+            log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
+                        "timed (read from a small kernel timed again every %.0f s); timing them again, the faster "
+                        "profile of the two is kept", watch.slowest_ratio(), len(again), settings.watch_interval_s)
+            run(again, again=True)
+            read_speed()
+            log.info("profile: after timing them again, the machine's slowest reading was %.2fx its fastest",
+                     watch.slowest_ratio())
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
         # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB
@@ -216,7 +286,33 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         log.warning("profile: %d kernel(s) failed for a reason of the machine, not the kernel (first: %s); "
                     "they are left out of this run's plan and profiled again next run",
                     len(transient), transient[0].reason)
-    return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds)
+    return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, len(again),
+                          watch.slowest_ratio() if watch.readings else None)
+
+
+# The sentinel is the first kernel timed within this range: long enough not to be timer noise, short
+# enough that a reading costs a few tens of milliseconds.
+SENTINEL_SECONDS = (2e-4, 2e-2)
+
+
+def _sentinel(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions,
+              source: OnnxSource | None, settings: ProfileSettings,
+              sweep: CacheSweep | None) -> Callable[[], float] | None:
+    """A reading of the machine's speed: `job`'s kernel, compiled again and kept with a copy of its
+    inputs, timed as the profiler times any kernel (None if it does not compile again)."""
+    try:
+        kernel = compile_candidate(graph, job.candidate, job.backend, options, source)
+    except Exception as e:  # the watch is a safeguard: without it profiling goes on as before
+        log.debug("no speed watch: %s's kernel %s does not compile again (%s)", job.backend, job.candidate.key[:12], e)
+        return None
+    inputs = [np.array(env[i], copy=True, order="C") for i in job.candidate.inputs]
+    where = placement(options.threads)
+
+    def read() -> float:
+        with pinned(where.caller if where is not None else None):
+            return measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
+                           min_seconds=settings.min_seconds, before=sweep, precision=settings.precision).median_s
+    return read
 
 
 def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options: CompileOptions,

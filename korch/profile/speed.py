@@ -1,0 +1,45 @@
+"""How fast the machine runs while kernels are profiled, and which profiles a slow spell spoiled.
+
+A virtual machine slows down in bursts: for seconds to a minute every kernel runs 1.4-1.6x its usual
+time (segformer-b0's first split plan, timed in one, BENCHMARKS.md). A kernel profiled in a burst
+looks slow and the BLP leaves it out, and nothing later corrects that: selection re-times only the
+kernels it chose. So the profiler keeps one small kernel it has already timed (the sentinel) and
+times it again, the same way, every `ProfileSettings.watch_interval_s`. The kernels profiled between
+two readings are suspect when either reading is more than `watch_tolerance` slower than the fastest
+reading of the run; they are profiled once more at the end, and the faster profile of the two is
+kept (a burst only ever makes a kernel slower).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SpeedWatch:
+    """The sentinel's readings during one profiling pass: (jobs done when read, its median seconds)."""
+
+    tolerance: float
+    readings: list[tuple[int, float]] = field(default_factory=list)
+
+    def read(self, done: int, seconds: float) -> None:
+        self.readings.append((done, seconds))
+
+    def fastest(self) -> float:
+        return min(s for _, s in self.readings)
+
+    def slowest_ratio(self) -> float:
+        """The slowest reading over the fastest (1.0 with fewer than two readings)."""
+        return max(s for _, s in self.readings) / self.fastest() if len(self.readings) > 1 else 1.0
+
+    def slow(self, seconds: float) -> bool:
+        return seconds > (1 + self.tolerance) * self.fastest()
+
+    def suspects(self) -> list[int]:
+        """Positions (0-based, in the order jobs were done) of the jobs done in a window between two
+        readings of which either is slow. Jobs before the first reading are not judged."""
+        out: list[int] = []
+        for (before, first), (after, second) in zip(self.readings, self.readings[1:]):
+            if self.slow(first) or self.slow(second):
+                out.extend(range(before, after))
+        return out

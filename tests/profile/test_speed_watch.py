@@ -1,0 +1,76 @@
+"""The profiler's speed watch: kernels timed while the machine ran slow (a reading of the sentinel
+more than the tolerance above the run's fastest) are timed again, and the faster profile is kept."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from korch.backends.reference import evaluate
+from korch.candidates import enumerate_candidates
+from korch.ir.graph import GraphBuilder
+from korch.ir.types import DType, TensorType
+from korch.profile.database import ProfileDB, Status
+from korch.profile.profiler import profile
+from korch.profile.speed import SpeedWatch
+from korch.settings import OptimizeSettings, ProfileSettings
+
+QUICK = replace(ProfileSettings(), warmup=0, repeats=2, min_seconds=0.0, precision=None, watch_interval_s=0.0)
+
+
+def test_jobs_between_two_readings_are_suspect_when_either_is_slow() -> None:
+    watch = SpeedWatch(0.25)
+    for done, seconds in [(0, 1.0), (3, 1.1), (5, 1.4), (9, 1.0), (12, 0.9), (12, 0.95)]:
+        watch.read(done, seconds)
+    # 1.4 > 1.25 x the fastest (0.9): the windows on either side of it, jobs 3..4 and 5..8
+    assert watch.suspects() == [3, 4, 5, 6, 7, 8]
+    assert abs(watch.slowest_ratio() - 1.4 / 0.9) < 1e-12
+    steady = SpeedWatch(0.25)
+    for done, seconds in [(0, 1.0), (4, 1.2), (8, 1.0)]:        # within the tolerance: nothing
+        steady.read(done, seconds)
+    assert steady.suspects() == [] and SpeedWatch(0.25).slowest_ratio() == 1.0
+
+
+def _graph(rows: int = 64):
+    b = GraphBuilder("chain", fold=lambda node, arrays: evaluate(node, arrays))
+    v = b.add_input("x", TensorType((rows, 512), DType.FLOAT32))
+    for op in ("relu", "exp", "neg", "sigmoid", "tanh", "abs"):
+        v = b.emit(op, [v])
+    return b.build([("y", v)])
+
+
+def _pool(graph, count: int = 6):
+    small = [c for c in enumerate_candidates(graph, OptimizeSettings().limits) if c.size < len(graph.nodes)]
+    unique = list({c.key: c for c in small}.values())
+    return {"onnxruntime": unique[:count]}
+
+
+def test_kernels_timed_in_a_slow_spell_are_timed_again(tmp_path: Path) -> None:
+    graph = _graph()
+    pools = _pool(graph)
+    calls = []
+
+    def reader() -> float:        # the third reading (after the second kernel) is twice as slow
+        calls.append(1)
+        return 2.0 if len(calls) == 3 else 1.0
+
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, pools, db, 1, "m", QUICK, speed_reader=reader)
+        assert outcome.retimed == 2 and outcome.slowest == 2.0      # the kernels on either side of it
+        assert all(r.status is Status.OK for r in outcome.records.values())
+        assert len(db.get_many([c.key for c in pools["onnxruntime"]], "onnxruntime",
+                               next(iter(outcome.records.values())).backend_version, 1, "m")) == len(pools["onnxruntime"])
+    with ProfileDB(tmp_path / "q.sqlite") as db:
+        steady = profile(graph, pools, db, 1, "m", QUICK, speed_reader=lambda: 1.0)
+        assert steady.retimed == 0 and steady.slowest == 1.0
+    with ProfileDB(tmp_path / "r.sqlite") as db:
+        unwatched = profile(graph, pools, db, 1, "m", replace(QUICK, watch_interval_s=None), speed_reader=reader)
+        assert unwatched.retimed == 0 and unwatched.slowest is None
+
+
+def test_without_a_reader_a_small_timed_kernel_becomes_the_sentinel(tmp_path: Path) -> None:
+    graph = _graph(rows=1024)              # 2 MB tensors: kernels of a fraction of a millisecond and up
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, _pool(graph), db, 1, "m", QUICK)
+    assert outcome.slowest is not None and outcome.slowest >= 1.0
+    assert outcome.seconds.get("speed watch", 0.0) > 0
