@@ -68,12 +68,13 @@ def cmd_fission(args: argparse.Namespace) -> int:
 
 class ProgressBar:
     """Counts, elapsed time and ETA on stderr; redrawn in place on a terminal, otherwise a line every
-    10%, whenever the item being worked on changes (`what`: the backend being profiled), and at
-    least every `quiet_s` seconds. A count that starts again at 1 is a new bar.
+    10%, when items of a new kind start (`what`: the backend being profiled), and at least every
+    `quiet_s` seconds. A count that starts again at 1 is a new bar.
 
-    With `part` (done, total of the items like the current one), the ETA is for those alone, from
-    their own rate: a cold segformer-b0 profiled 4,041 onnxruntime kernels at ~60 ms each, then
-    Inductor's 48 at ~4 s, and a bar averaging over both said "ETA 28s" at 90% with six minutes to go."""
+    With `part` (done, total of the items of the current kind), the ETA adds up each kind's own rate
+    times what it has left: the profiler interleaves backends, whose kernels take from tens of
+    milliseconds (onnxruntime) to seconds (Inductor) to profile. Averaging over all of them, a cold
+    segformer-b0 said "ETA 28s" at 90% with six minutes of Inductor compiles to go."""
 
     def __init__(self, label: str, enabled: bool, *, stream=None, clock=time.perf_counter,
                  quiet_s: float = 60.0) -> None:
@@ -83,8 +84,7 @@ class ProgressBar:
         self.tty = self.stream.isatty()
         self.start = self.last_call = self.last_line = 0.0
         self.last_decile = -1
-        self.what: str | None = None
-        self.part_start, self.part_base = 0.0, 0
+        self.kinds: dict[str, list] = {}          # what -> [seconds spent, items done, items in all or None]
 
     def __call__(self, done: int, total: int, what: str, part: tuple[int, int] | None = None) -> None:
         if not self.enabled or total == 0:
@@ -92,26 +92,27 @@ class ProgressBar:
         now = self.clock()
         if done <= 1:
             self.start = self.last_call = self.last_line = now
-            self.last_decile, self.what = -1, None
-        changed = what != self.what
-        if changed:                       # the items of `what` began when the previous one ended
-            self.what, self.part_start = what, self.last_call
-            self.part_base = part[0] - 1 if part is not None else done - 1
+            self.last_decile, self.kinds = -1, {}
+        new_kind = what not in self.kinds
+        kind = self.kinds.setdefault(what, [0.0, 0, None])
+        kind[0] += now - self.last_call               # the time since the last item went to this one
+        kind[1] += 1
+        if part is not None:
+            kind[2] = part[1]
         self.last_call = now
         elapsed = now - self.start
-        if part is not None and part[0] > self.part_base:
-            part_done, part_total = part
-            eta = (now - self.part_start) / (part_done - self.part_base) * (part_total - part_done)
-            others = (total - done) - (part_total - part_done)
-            left = f"ETA {eta:.0f}s for {what}" + (f", then {others} more" if others > 0 else "")
-            item = f"{what} {part_done}/{part_total}"
+        known = [(spent, n, of) for spent, n, of in self.kinds.values() if of is not None]
+        if known:
+            eta = sum(spent / n * (of - n) for spent, n, of in known)
+            unseen = (total - done) - sum(of - n for _, n, of in known)
+            left = f"ETA {eta:.0f}s" + (f" + {unseen} more of other kinds" if unseen > 0 else "")
         else:
             left = f"ETA {elapsed / done * (total - done):.0f}s"
-            item = what
+        item = f"{what} {part[0]}/{part[1]}" if part is not None else what
         line = f"{self.label} {done}/{total} ({100 * done // total}%) {elapsed:.0f}s elapsed, {left} [{item}]"
         if self.tty:
             self.stream.write("\r" + line.ljust(79) + ("\n" if done == total else ""))
-        elif (done * 10 // total != self.last_decile or done == total or changed
+        elif (done * 10 // total != self.last_decile or done == total or new_kind
               or now - self.last_line >= self.quiet_s):
             self.last_decile, self.last_line = done * 10 // total, now
             self.stream.write(line + "\n")
@@ -199,6 +200,8 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
         ("profiled", f"{stats.profiled_new} new, {stats.profiled_cached} from cache; kernels accepted within "
                      f"{stats.kernel_tolerance:.1e} of the reference"
                      + (f" (onnxruntime's own error {stats.fp32_error:.1e})" if stats.fp32_error else "")
+                     + (f"; {stats.profiled_again} timed again, the machine having run slow (its slowest "
+                        f"reading {stats.machine_slowest:.2f}x its fastest)" if stats.profiled_again else "")
                      + (f"; guided by cost models on {', '.join(stats.guide.backends)}: {stats.guide.rounds} "
                         f"solve(s), {stats.guide.skipped} kernels never compiled"
                         + ("" if stats.guide.stable else " (round limit reached)") if stats.guide.backends else "")),

@@ -106,6 +106,8 @@ class OptimizeStats:
     unique_candidates: int
     profiled_new: int
     profiled_cached: int
+    profiled_again: int               # timed again: the machine ran slow when they were first timed (profile/speed.py)
+    machine_slowest: float | None     # the machine's slowest speed reading while profiling over its fastest
     guide: GuideStats                 # guided profiling: which backends, solves, pairs never compiled
     kernel_tolerance: float           # kernels were accepted within this error of the reference
     fp32_error: float | None          # onnxruntime's own error on the model, which set that tolerance
@@ -277,7 +279,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     stats = OptimizeStats(
         primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque), candidates=len(cands.all), regions=len(cands.regions),
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,
-        profiled_cached=profiled.stored, guide=guide, kernel_tolerance=profiled.tolerance, fp32_error=profiled.fp32_error,
+        profiled_cached=profiled.stored, profiled_again=profiled.retimed, machine_slowest=profiled.slowest,
+        guide=guide, kernel_tolerance=profiled.tolerance, fp32_error=profiled.fp32_error,
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,
         check_worst=check.worst(),
         check_inputs=settings.accuracy.check_inputs, check_remembered=selected.check_remembered,

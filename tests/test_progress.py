@@ -16,38 +16,42 @@ class Clock:
         return self.now
 
 
-def _profile(bar: ProgressBar, clock: Clock, kinds: list[tuple[str, int, float]]) -> None:
-    """Items of each (backend, count, seconds each) in turn, as the profiler reports them."""
-    total = sum(n for _, n, _ in kinds)
-    done = 0
-    for what, n, each in kinds:
-        for k in range(1, n + 1):
-            clock.now += each
-            done += 1
-            bar(done, total, what, (k, n))
+def _profile(bar: ProgressBar, clock: Clock, items: list[tuple[str, float]]) -> None:
+    """Items (backend, seconds), in the order given, reported as the profiler reports them."""
+    totals = {what: sum(1 for w, _ in items if w == what) for what, _ in items}
+    seen: dict[str, int] = {}
+    for done, (what, each) in enumerate(items, 1):
+        clock.now += each
+        seen[what] = seen.get(what, 0) + 1
+        bar(done, len(items), what, (seen[what], totals[what]))
 
 
-def test_eta_is_the_current_backends_own_rate_and_says_what_follows() -> None:
+def test_eta_adds_up_each_backends_own_rate_over_interleaved_items() -> None:
     clock, out = Clock(), io.StringIO()
     bar = ProgressBar("profiling", True, stream=out, clock=clock)
-    _profile(bar, clock, [("onnxruntime", 20, 0.1), ("inductor", 2, 50.0)])
+    items = [("onnxruntime", 0.1)] * 9 + [("inductor", 50.0)] + [("onnxruntime", 0.1)] * 11 + [("inductor", 50.0)]
+    _profile(bar, clock, items)
     lines = out.getvalue().splitlines()
-    ort_90 = next(line for line in lines if line.startswith("profiling 18/22"))
-    assert "ETA 0s for onnxruntime, then 2 more [onnxruntime 18/20]" in ort_90, ort_90
-    first_inductor = next(line for line in lines if line.startswith("profiling 21/22"))
-    assert "ETA 50s for inductor [inductor 1/2]" in first_inductor, first_inductor
-    assert lines[-1].startswith("profiling 22/22 (100%) 102s elapsed, ETA 0s for inductor")
+    # after 16: onnxruntime 15 done in 1.4 s (the first item is the clock's start), 5 left; inductor 1 of 2 at 50 s
+    at_16 = next(line for line in lines if line.startswith("profiling 16/22"))
+    assert "ETA 50s [onnxruntime 15/20]" in at_16, at_16
+    # after 5: onnxruntime at 0.08 s each, 15 left; inductor not seen yet, its 2 counted apart
+    at_5 = next(line for line in lines if line.startswith("profiling 5/22"))
+    assert "ETA 1s + 2 more of other kinds" in at_5, at_5
+    assert lines[-1].startswith("profiling 22/22 (100%) 102s elapsed, ETA 0s [inductor 2/2]"), lines[-1]
 
 
-def test_a_line_when_the_backend_changes_and_after_a_long_silence() -> None:
+def test_a_line_per_tenth_per_new_backend_and_after_a_long_silence() -> None:
     clock, out = Clock(), io.StringIO()
     bar = ProgressBar("profiling", True, stream=out, clock=clock, quiet_s=60.0)
-    # 1,000 items: 10% is 100 of them; inductor's 30 at 25 s each would be silent for 750 s
-    _profile(bar, clock, [("onnxruntime", 970, 0.01), ("inductor", 30, 25.0)])
+    # 970 quick items alternating between two backends, then inductor's 30 at 25 s each (750 s)
+    items = [("onnxruntime" if k % 2 else "openvino", 0.01) for k in range(970)] + [("inductor", 25.0)] * 30
+    _profile(bar, clock, items)
     lines = out.getvalue().splitlines()
-    assert any("[inductor 1/30]" in line for line in lines)           # the change of backend
+    quick = [line for line in lines if "[inductor" not in line]
+    assert len(quick) <= 12, quick                                   # not a line at every alternation
     inductor = [line for line in lines if "[inductor" in line]
-    assert len(inductor) >= 10, inductor                              # every ~60 s, not only at 100%
+    assert "[inductor 1/30]" in inductor[0] and len(inductor) >= 10, inductor    # every ~60 s, not only at 100%
 
 
 def test_without_a_part_the_eta_is_the_overall_rate_and_a_disabled_bar_says_nothing() -> None:
@@ -58,5 +62,5 @@ def test_without_a_part_the_eta_is_the_overall_rate_and_a_disabled_bar_says_noth
         bar(done, 4, "boundary onnxruntime->openvino")
     assert out.getvalue().splitlines()[0] == "calibrating 1/4 (25%) 0s elapsed, ETA 0s [boundary onnxruntime->openvino]"
     quiet = io.StringIO()
-    _profile(ProgressBar("profiling", False, stream=quiet, clock=clock), clock, [("onnxruntime", 3, 1.0)])
+    _profile(ProgressBar("profiling", False, stream=quiet, clock=clock), clock, [("onnxruntime", 1.0)] * 3)
     assert quiet.getvalue() == ""
