@@ -73,6 +73,8 @@ class ProfileSettings:
     # end. A burst of this VM ran every kernel 1.4-1.6x slower; its drift over half an hour is 10-15%.
     watch_interval_s: float | None = 5.0
     watch_tolerance: float = 0.25
+    # A reading times the sentinel for this long (its median over the runs): steadier than a profile.
+    watch_read_seconds: float = 0.05
 
 
 @dataclass(frozen=True)

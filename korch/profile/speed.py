@@ -6,8 +6,8 @@ looks slow and the BLP leaves it out, and nothing later corrects that: selection
 kernels it chose. So the profiler keeps one small kernel it has already timed (the sentinel) and
 times it again, the same way, every `ProfileSettings.watch_interval_s`. The kernels profiled between
 two readings are suspect when either reading is more than `watch_tolerance` slower than the fastest
-reading of the run; they are profiled once more at the end, and the faster profile of the two is
-kept (a burst only ever makes a kernel slower).
+reading of the run; they are profiled once more at the end. The second profile is kept, unless it
+too was taken in a slow spell: then the faster of the two (a burst only ever makes a kernel slower).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from korch.backends.reference import evaluate
 from korch.candidates import enumerate_candidates
 from korch.ir.graph import GraphBuilder
 from korch.ir.types import DType, TensorType
-from korch.profile.database import ProfileDB, Status
-from korch.profile.profiler import profile
+from korch.profile.database import ProfileDB, Record, Rejection, Status
+from korch.profile.profiler import _second_profile, profile
 from korch.profile.speed import SpeedWatch
 from korch.settings import OptimizeSettings, ProfileSettings
 
@@ -69,8 +69,23 @@ def test_kernels_timed_in_a_slow_spell_are_timed_again(tmp_path: Path) -> None:
 
 
 def test_without_a_reader_a_small_timed_kernel_becomes_the_sentinel(tmp_path: Path) -> None:
-    graph = _graph(rows=1024)              # 2 MB tensors: kernels of a fraction of a millisecond and up
+    graph = _graph(rows=4096)              # 8 MB tensors: kernels of milliseconds
     with ProfileDB(tmp_path / "p.sqlite") as db:
         outcome = profile(graph, _pool(graph), db, 1, "m", QUICK)
     assert outcome.slowest is not None and outcome.slowest >= 1.0
     assert outcome.seconds.get("speed watch", 0.0) > 0
+
+
+def test_the_second_profile_is_kept_unless_it_was_slow_too_or_failed() -> None:
+    def ok(median: float) -> Record:
+        return Record("k", "onnxruntime", "v", 1, "m", median, median, median, 5, Status.OK)
+
+    slow_first, calm_second = ok(0.015), ok(0.011)
+    assert _second_profile(slow_first, calm_second, second_slow=False) is calm_second
+    # a false alarm: the second is kept even if slower, as a kernel timed once would be
+    assert _second_profile(ok(0.010), ok(0.011), second_slow=False).median_s == 0.011
+    assert _second_profile(ok(0.010), ok(0.013), second_slow=True).median_s == 0.010       # both slow: the faster
+    assert _second_profile(ok(0.014), ok(0.012), second_slow=True).median_s == 0.012
+    failed = Record.rejected("k", "onnxruntime", "v", 1, "m", "transient failure: MemoryError", Rejection.TRANSIENT,
+                              None)
+    assert _second_profile(slow_first, failed, second_slow=False) is slow_first
