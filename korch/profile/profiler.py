@@ -270,8 +270,9 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                  and j.candidate.size < len(graph.nodes)]
         if again:
             log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
-                        "timed (read from a small kernel timed again every %.0f s); timing them again",
-                        watch.slowest_ratio(), len(again), settings.watch_interval_s)
+                        "timed (read from a small kernel timed again every %.0f s: %.3f to %.3f ms over %d "
+                        "readings); timing them again", watch.slowest_ratio(), len(again), settings.watch_interval_s,
+                        watch.fastest() * 1e3, watch.fastest() * watch.slowest_ratio() * 1e3, len(watch.readings))
             first_pass = len(order)
             run(again, again=True)
             read_speed()
