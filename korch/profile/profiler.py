@@ -13,6 +13,7 @@ next run profiles it again.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,7 +32,7 @@ from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
 from korch.profile.speed import SpeedWatch
-from korch.profile.timing import CacheSweep, measure
+from korch.profile.timing import CacheSweep, measure, summarize
 from korch.settings import AccuracyPolicy, ProfileSettings
 from korch.verify import diff_outputs, fp32_errors, random_feeds
 from korch.version import code_version
@@ -277,15 +278,18 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             run(again, again=True)
             read_speed()
             still = {order[k] for k in watch.suspects() if k >= first_pass}
+            ratios = []
             for job in again:
                 pair = (job.candidate.key, job.backend)
+                if second[pair].status is Status.OK and records[pair].median_s:
+                    ratios.append((second[pair].median_s or 0.0) / records[pair].median_s)
                 kept = _second_profile(records[pair], second[pair], job in still)
                 if kept is not records[pair]:
                     db.put(kept)
                     records[pair] = kept
             log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
-                     "for those); the machine's slowest reading was %.2fx its fastest", len(again), len(still),
-                     watch.slowest_ratio())
+                     "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
+                     "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
         # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB
@@ -303,6 +307,14 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
 # (profiles of sub-millisecond kernels re-time 13-48% apart on this VM), short enough that a reading
 # costs about `ProfileSettings.watch_read_seconds`.
 SENTINEL_SECONDS = (1e-3, 2e-2)
+
+
+def _spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """Median, 10th and 90th percentile (nan if empty)."""
+    if not values:
+        return math.nan, math.nan, math.nan
+    t = summarize(values)
+    return t.median_s, t.p10_s, t.p90_s
 
 
 def _second_profile(first: Record, second: Record, second_slow: bool) -> Record:
