@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, default=None)
     args = p.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="korch-speed-watch-"))
+    work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"))
     cmd = [sys.executable, "-m", "korch", "-v", "optimize", args.model, "--threads", str(args.threads),
            "--cache", str(work / "profile-cache"), "-o", str(work / "plan")]
