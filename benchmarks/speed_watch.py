@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             _stop(hogs)
     print(f"optimize exited {optimize.returncode} after {time.perf_counter() - start:.0f} s (log: {log_path})")
-    shown = ("slower than its fastest", "timed again", "seconds by phase")
+    shown = ("slower than its fastest", "kernel(s) again", "seconds by phase")
     for line in log_path.read_text().splitlines():
         if any(s in line for s in shown) or line.startswith(("stages", "kernels", "why")):
             print(line)
