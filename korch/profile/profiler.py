@@ -303,10 +303,11 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                           watch.slowest_ratio() if watch.readings else None)
 
 
-# The sentinel is the first kernel timed within this range: long enough that its timing is steady
-# (profiles of sub-millisecond kernels re-time 13-48% apart on this VM), short enough that a reading
-# costs about `ProfileSettings.watch_read_seconds`.
-SENTINEL_SECONDS = (1e-3, 2e-2)
+# The sentinel is the first kernel timed within this range: long enough that a reading of
+# `ProfileSettings.watch_read_seconds` (tens of runs) has a steady median, short enough that it gets
+# them, and found early (from 1 ms, yolox-nano's first was found 90 s into its profiling, and the
+# watch was blind until then).
+SENTINEL_SECONDS = (3e-4, 2e-2)
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:

@@ -37,9 +37,13 @@ class SpeedWatch:
 
     def suspects(self) -> list[int]:
         """Positions (0-based, in the order jobs were done) of the jobs done in a window between two
-        readings of which either is slow. Jobs before the first reading are not judged."""
+        readings of which either is slow. The jobs before the first reading (done before there was a
+        sentinel) are judged by that reading alone."""
         out: list[int] = []
-        for (before, first), (after, second) in zip(self.readings, self.readings[1:]):
+        readings = list(self.readings)
+        if readings and readings[0][0] > 0:
+            readings.insert(0, (0, readings[0][1]))
+        for (before, first), (after, second) in zip(readings, readings[1:]):
             if self.slow(first) or self.slow(second):
                 out.extend(range(before, after))
         return out

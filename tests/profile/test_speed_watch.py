@@ -29,6 +29,10 @@ def test_jobs_between_two_readings_are_suspect_when_either_is_slow() -> None:
     for done, seconds in [(0, 1.0), (4, 1.2), (8, 1.0)]:        # within the tolerance: nothing
         steady.read(done, seconds)
     assert steady.suspects() == [] and SpeedWatch(0.25).slowest_ratio() == 1.0
+    late = SpeedWatch(0.25)                 # the sentinel found after 4 jobs, in a slow spell
+    for done, seconds in [(4, 2.0), (6, 1.0), (9, 1.0)]:
+        late.read(done, seconds)
+    assert late.suspects() == [0, 1, 2, 3, 4, 5]
 
 
 def _graph(rows: int = 64):
