@@ -44,7 +44,6 @@ log = logging.getLogger("korch.profile")
 ACCURACY_REJECTION = "disagrees with reference"
 
 
-
 class Progress(Protocol):
     """Called as each item of long work is done: `done` of `total`, `what` it was (the backend
     profiled), and `part`, when the caller knows it: (done, total) of the items like this one, whose
@@ -334,7 +333,8 @@ def _sentinel(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: Co
               source: OnnxSource | None, settings: ProfileSettings,
               sweep: CacheSweep | None) -> Callable[[], float] | None:
     """A reading of the machine's speed: `job`'s kernel, compiled again and kept with a copy of its
-    inputs, timed as the profiler times any kernel (None if it does not compile again)."""
+    inputs, timed after cache sweeps as the profiler times a kernel, for `watch_read_seconds` (None if
+    it does not compile again)."""
     try:
         kernel = compile_candidate(graph, job.candidate, job.backend, options, source)
     except Exception as e:  # the watch is a safeguard: without it profiling goes on as before
