@@ -75,6 +75,10 @@ class ProfileSettings:
     watch_tolerance: float = 0.25
     # A reading times the sentinel for this long (its median over the runs): steadier than a profile.
     watch_read_seconds: float = 0.05
+    # The sentinel is the first kernel whose profile falls in this range (seconds): long enough that a
+    # reading (tens of runs) has a steady median, short enough that it gets them, and found early (from
+    # 1 ms, yolox-nano's was found 90 s into its profiling, and the watch was blind until then).
+    watch_sentinel_s: tuple[float, float] = (3e-4, 2e-2)
 
 
 @dataclass(frozen=True)

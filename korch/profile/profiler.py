@@ -220,7 +220,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             return
         if reader is None:
             if record.status is Status.OK and job.candidate.size < len(graph.nodes) and \
-                    SENTINEL_SECONDS[0] <= (record.median_s or 0.0) <= SENTINEL_SECONDS[1]:
+                    settings.watch_sentinel_s[0] <= (record.median_s or 0.0) <= settings.watch_sentinel_s[1]:
                 reader = _sentinel(graph, job, env, options, source, settings, sweep)
                 if reader is not None:
                     read_speed()
@@ -300,13 +300,6 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                     len(transient), transient[0].reason)
     return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, len(again),
                           watch.slowest_ratio() if watch.readings else None)
-
-
-# The sentinel is the first kernel timed within this range: long enough that a reading of
-# `ProfileSettings.watch_read_seconds` (tens of runs) has a steady median, short enough that it gets
-# them, and found early (from 1 ms, yolox-nano's first was found 90 s into its profiling, and the
-# watch was blind until then).
-SENTINEL_SECONDS = (3e-4, 2e-2)
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:

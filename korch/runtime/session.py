@@ -205,20 +205,13 @@ class Session:
         on its lane's thread, while the other lanes run."""
         times = [0.0] * len(self.plan.steps)
 
-        def timed(op: _Op) -> _Op:
-            call = op.run
+        def timed(step: int, call, args):
+            t0 = time.perf_counter()
+            results = call(args)
+            times[step] = time.perf_counter() - t0
+            return results
 
-            def run(args):
-                t0 = time.perf_counter()
-                results = call(args)  # type: ignore[operator]
-                times[op.step] = time.perf_counter() - t0
-                return results
-            return replace(op, run=run)
-
-        program = [timed(u) if isinstance(u, _Op) else
-                   replace(u, lanes=tuple(tuple(timed(op) for op in lane) for lane in u.lanes))
-                   for u in self._program]
-        self._execute(self._check_feeds(feeds), program)
+        self._run_wrapped(feeds, timed)
         return times
 
     def step_inputs(self, feeds: Mapping[str, np.ndarray]) -> list[list[np.ndarray]]:
@@ -226,19 +219,23 @@ class Session:
         may hand out buffers that its next call overwrites (for `alone_times`)."""
         inputs: list[list[np.ndarray]] = [[] for _ in self.plan.steps]
 
-        def capture(op: _Op) -> _Op:
+        def capture(step: int, call, args):
+            inputs[step] = [np.array(a, copy=True, order="C") for a in args]
+            return call(args)
+
+        self._run_wrapped(feeds, capture)
+        return inputs
+
+    def _run_wrapped(self, feeds: Mapping[str, np.ndarray], wrap: Callable[[int, Callable, list], object]) -> None:
+        """One run of the plan with each kernel's call made through `wrap(step, call, args)` (lanes too)."""
+        def wrapped(op: _Op) -> _Op:
             call = op.run
+            return replace(op, run=lambda args: wrap(op.step, call, args))
 
-            def run(args):
-                inputs[op.step] = [np.array(a, copy=True, order="C") for a in args]
-                return call(args)  # type: ignore[operator]
-            return replace(op, run=run)
-
-        program = [capture(u) if isinstance(u, _Op) else
-                   replace(u, lanes=tuple(tuple(capture(op) for op in lane) for lane in u.lanes))
+        program = [wrapped(u) if isinstance(u, _Op) else
+                   replace(u, lanes=tuple(tuple(wrapped(op) for op in lane) for lane in u.lanes))
                    for u in self._program]
         self._execute(self._check_feeds(feeds), program)
-        return inputs
 
     def alone_times(self, inputs: Sequence[Sequence[np.ndarray]],
                     before: Callable[[], object] | None = None) -> list[float]:
