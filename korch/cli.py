@@ -7,6 +7,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from korch.errors import KorchError, ShapeError, UsageError, VerificationError
@@ -66,6 +67,23 @@ def cmd_fission(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass
+class _Kind:
+    """One kind of item the progress bar has seen: its time so far, and what it has left."""
+
+    spent: float = 0.0
+    done: int = 0
+    total: int | None = None
+    work_done: float = 0.0
+    work_total: float | None = None
+
+    def seconds_left(self) -> float:
+        assert self.total is not None
+        if self.work_total is not None and self.work_done > 0:
+            return self.spent / self.work_done * (self.work_total - self.work_done)
+        return self.spent / self.done * (self.total - self.done)
+
+
 class ProgressBar:
     """Counts, elapsed time and ETA on stderr; redrawn in place on a terminal, otherwise a line every
     10%, when items of a new kind start (`what`: the backend being profiled), and at least every
@@ -74,7 +92,9 @@ class ProgressBar:
     With `part` (done, total of the items of the current kind), the ETA adds up each kind's own rate
     times what it has left: the profiler interleaves backends, whose kernels take from tens of
     milliseconds (onnxruntime) to seconds (Inductor) to profile. Averaging over all of them, a cold
-    segformer-b0 said "ETA 28s" at 90% with six minutes of Inductor compiles to go."""
+    segformer-b0 said "ETA 28s" at 90% with six minutes of Inductor compiles to go. With `work`
+    (done, total of the kind's estimated work), the rate is per unit of work, not per item: Inductor's
+    largest regions come last and take a hundred times a small kernel's time."""
 
     def __init__(self, label: str, enabled: bool, *, stream=None, clock=time.perf_counter,
                  quiet_s: float = 60.0) -> None:
@@ -84,9 +104,10 @@ class ProgressBar:
         self.tty = self.stream.isatty()
         self.start = self.last_call = self.last_line = 0.0
         self.last_decile = -1
-        self.kinds: dict[str, list] = {}          # what -> [seconds spent, items done, items in all or None]
+        self.kinds: dict[str, _Kind] = {}
 
-    def __call__(self, done: int, total: int, what: str, part: tuple[int, int] | None = None) -> None:
+    def __call__(self, done: int, total: int, what: str, part: tuple[int, int] | None = None,
+                 work: tuple[float, float] | None = None) -> None:
         if not self.enabled or total == 0:
             return
         now = self.clock()
@@ -94,17 +115,19 @@ class ProgressBar:
             self.start = self.last_call = self.last_line = now
             self.last_decile, self.kinds = -1, {}
         new_kind = what not in self.kinds
-        kind = self.kinds.setdefault(what, [0.0, 0, None])
-        kind[0] += now - self.last_call               # the time since the last item went to this one
-        kind[1] += 1
+        kind = self.kinds.setdefault(what, _Kind())
+        kind.spent += now - self.last_call               # the time since the last item went to this one
+        kind.done += 1
         if part is not None:
-            kind[2] = part[1]
+            kind.total = part[1]
+        if work is not None:
+            kind.work_done, kind.work_total = work
         self.last_call = now
         elapsed = now - self.start
-        known = [(spent, n, of) for spent, n, of in self.kinds.values() if of is not None]
+        known = [k for k in self.kinds.values() if k.total is not None]
         if known:
-            eta = sum(spent / n * (of - n) for spent, n, of in known)
-            unseen = (total - done) - sum(of - n for _, n, of in known)
+            eta = sum(k.seconds_left() for k in known)
+            unseen = (total - done) - sum(k.total - k.done for k in known)
             left = f"ETA {eta:.0f}s" + (f" + {unseen} more of other kinds" if unseen > 0 else "")
         else:
             left = f"ETA {elapsed / done * (total - done):.0f}s"

@@ -64,3 +64,21 @@ def test_without_a_part_the_eta_is_the_overall_rate_and_a_disabled_bar_says_noth
     quiet = io.StringIO()
     _profile(ProgressBar("profiling", False, stream=quiet, clock=clock), clock, [("onnxruntime", 1.0)] * 3)
     assert quiet.getvalue() == ""
+
+
+def test_with_work_the_eta_is_per_unit_of_work_so_large_items_left_count_for_more() -> None:
+    """Inductor's largest regions come last: 40 small kernels at 0.25 s, then 4 regions of work 100 at
+    25 s each. Counting items, 4 left of 44 at 0.25 s read "ETA 1s"; by work, 400 units at 0.25 s."""
+    clock, out = Clock(), io.StringIO()
+    bar = ProgressBar("profiling", True, stream=out, clock=clock, quiet_s=1.0)
+    sizes = [1.0] * 40 + [100.0] * 4
+    total_work, worked = sum(sizes), 0.0
+    for done, size in enumerate(sizes, 1):
+        clock.now += 0.25 * size
+        worked += size
+        bar(done, len(sizes), "inductor", (done, len(sizes)), (worked, total_work))
+    lines = out.getvalue().splitlines()
+    at_40 = next(line for line in lines if line.startswith("profiling 40/44"))
+    assert "ETA 98s [inductor 40/44]" in at_40, at_40    # 40 units in 9.75 s (the first item is the start): 400 x 0.244
+    at_42 = next(line for line in lines if line.startswith("profiling 42/44"))
+    assert "ETA 50s" in at_42, at_42
