@@ -20,8 +20,12 @@ from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxrunti
 def onnxruntime_plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Plan, Path]:
     """bert-mini optimized over onnxruntime alone and saved: (plan, its directory)."""
     tmp = tmp_path_factory.mktemp("ort-plan")
+    told: list[tuple[int, int, str]] = []
     plan = korch.optimize(zoo.to_model_proto("bert-mini"), threads=1, backends=["onnxruntime"],
-                          cache_dir=tmp / "cache")
+                          cache_dir=tmp / "cache", progress=lambda done, total, what: told.append((done, total, what)))
+    # the documented progress(done, total, what): per boundary calibrated, then per kernel profiled
+    profiled = [t for t in told if not t[2].startswith("boundary ")]
+    assert profiled and profiled[-1][0] == profiled[-1][1] and {t[2] for t in profiled} == {"onnxruntime"}, told[-3:]
     korch.save(plan, tmp / "bert.plan")
     return plan, tmp / "bert.plan"
 
