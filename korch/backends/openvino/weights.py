@@ -42,7 +42,10 @@ from korch.frontend.regions import is_shared
 
 # How often pages are dropped while OpenVINO compiles: what it read in the last interval is resident
 # at once. bert-base's whole model peaked at 501 MB at 50 ms, 487 at 10 ms, 884 dropping only after.
-DROP_INTERVAL_S = 0.05
+# A small model reads its weights in well under 50 ms: efficientvit-b1's plan (OpenVINO's whole model,
+# 35 MB of weights) peaked at 194 MB at 50 ms, 174 at 2 ms, with compile time and speed unchanged
+# (benchmarks/openvino_rss.py, BENCHMARKS.md). A drop of pages not resident costs microseconds.
+DROP_INTERVAL_S = 0.002
 
 
 def external_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:
