@@ -94,7 +94,7 @@ class ProgressBar:
     milliseconds (onnxruntime) to seconds (Inductor) to profile. Averaging over all of them, a cold
     segformer-b0 said "ETA 28s" at 90% with six minutes of Inductor compiles to go. With `work`
     (done, total of the kind's estimated work), the rate is per unit of work, not per item: Inductor's
-    largest regions come last and take a hundred times a small kernel's time."""
+    largest regions come last and take 15-130x a small kernel's time."""
 
     def __init__(self, label: str, enabled: bool, *, stream=None, clock=time.perf_counter,
                  quiet_s: float = 60.0) -> None:

@@ -57,11 +57,13 @@ class Progress(Protocol):
 
 def job_work(size: int) -> float:
     """A profile job's time relative to a one-primitive kernel's on the same backend, from its size in
-    primitives: size ** 0.7. Fitted to a cold segformer-b0's profiles (2 threads, the time between
-    consecutive records): a kernel of ~700 primitives took 75x a small one's time on onnxruntime, 45x
-    on OpenVINO, 130x on Inductor (33 s against 0.26 s), where size ** 0.7 says 98x. Counting items
-    instead, the progress bar said 1 s were left with Inductor's four largest regions, 156 s, to go."""
-    return max(size, 1) ** 0.7
+    primitives: its square root. Replayed over cold optimizes' profile records (the time between
+    consecutive records; benchmarks/progress_eta.py, BENCHMARKS.md), the bar's ETA at 50% and 90% of
+    the jobs read 162 and 71 s where 145 and 65 were left (yolox-nano), 106 and 41 for 101 and 37
+    (efficientvit-b1), 84 and 58 for 172 and 131 (bert-base). Counting items it read 70 and 17, 51 and
+    12, 43 and 13: Inductor's largest regions come last and take 15-130x a small kernel's time.
+    Size ** 0.7 read about 2x high on the first two."""
+    return math.sqrt(max(size, 1))
 
 
 @dataclass(frozen=True)
