@@ -101,6 +101,14 @@ class Backend(ABC):
         that keeps using the arrays' memory keeps them alive."""
         raise NotImplementedError(f"backend {self.name} does not run ONNX models")
 
+    def compile_onnx_file(self, path: Path, inputs: Sequence[str], outputs: Sequence[str],
+                          output_dtypes: Sequence[np.dtype], options: CompileOptions,
+                          external_dir: Path | None = None) -> Kernel:
+        """A saved plan's ready region model, by its file (korch/plan/plan.py, PREBUILT_BACKENDS): its
+        inputs and outputs are `inputs` and `outputs`, in that order, of `output_dtypes`; its EXTERNAL
+        initializers are relative to `external_dir`."""
+        return self.compile_onnx(path.read_bytes(), inputs, outputs, options, external_dir)  # type: ignore[arg-type]
+
 
 def writable_alias(array: np.ndarray) -> np.ndarray:
     """`array` itself, or, if it is read-only (korch's graph constants are), a writable array over the

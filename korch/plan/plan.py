@@ -51,10 +51,12 @@ MANIFEST = "manifest.json"
 EXTERNAL_MIN_BYTES = 1024
 # Page-aligned offsets let onnxruntime memory-map each initializer instead of reading it.
 WEIGHTS_ALIGN = 4096
-# Engines whose region kernels a saved plan holds as ready ONNX models (MODELS_DIR/<step>.onnx, weights
-# still in WEIGHTS_FILE), so that loading the plan neither parses original.onnx nor imports onnx. (OpenVINO
-# regions are cut at load: its backend binds the mapped weights itself, and imports onnx to do so.)
-PREBUILT_BACKENDS = frozenset({"onnxruntime"})
+# Engines whose region kernels a saved plan holds as ready ONNX models (weights still in WEIGHTS_FILE), so
+# that loading the plan neither parses original.onnx nor imports onnx: onnxruntime's in MODELS_DIR/<step>.onnx,
+# OpenVINO's beside WEIGHTS_FILE as <step>.openvino.onnx (its ONNX reader follows a weights location only
+# inside the model file's own directory). Cut at load instead, OpenVINO's regions imported onnx (+9 MB
+# resident) and held a parse of the region: efficientvit-b1's plan peaked at 174 MB, 1.26x onnxruntime's.
+PREBUILT_BACKENDS = frozenset({"onnxruntime", "openvino"})
 MODELS_DIR = "kernels"
 # Primitives listed when an error names a step: enough to find it, short enough to read.
 _NAMED_NODES = 6
@@ -462,8 +464,8 @@ def _check_manifest(path: Path) -> None:
 
 
 def _save_models(plan: Plan, saved: OnnxSource, directory: Path) -> dict[str, str]:
-    """MODELS_DIR/<k>.onnx for every region step of PREBUILT_BACKENDS, cut from the source as saved
-    (its weights in WEIGHTS_FILE); returns step index -> file name relative to `directory`."""
+    """A ready model for every region step of PREBUILT_BACKENDS, cut from the source as saved (its
+    weights in WEIGHTS_FILE); returns step index -> file name relative to `directory`."""
     from korch.candidates import Candidate
     from korch.frontend.regions import region_model
 
@@ -472,8 +474,8 @@ def _save_models(plan: Plan, saved: OnnxSource, directory: Path) -> dict[str, st
         if step.backend not in PREBUILT_BACKENDS or not step.onnx_nodes:
             continue
         candidate = Candidate(step.nodes, step.inputs, step.outputs, step.key, step.onnx_nodes)
-        name = f"{MODELS_DIR}/{k}.onnx"
-        (directory / MODELS_DIR).mkdir(exist_ok=True)
+        name = f"{k}.openvino.onnx" if step.backend == "openvino" else f"{MODELS_DIR}/{k}.onnx"
+        (directory / name).parent.mkdir(exist_ok=True)
         (directory / name).write_bytes(region_model(saved, plan.graph, candidate).SerializeToString())
         models[str(k)] = name
     return models

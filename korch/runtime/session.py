@@ -93,8 +93,8 @@ def compile_step(plan: Plan, step: Step, threads: int | None = None) -> Kernel:
     model = plan.models.get(step)
     if model is not None:
         weights = plan.source.weights_dir if plan.source is not None else None
-        return get_backend(step.backend).compile_onnx(model.read_bytes(), step.inputs, step.outputs, options,
-                                                      weights)
+        dtypes = [plan.graph.types[name].dtype.numpy for name in step.outputs]
+        return get_backend(step.backend).compile_onnx_file(model, step.inputs, step.outputs, dtypes, options, weights)
     from korch.candidates import Candidate
     from korch.profile.profiler import compile_candidate
 

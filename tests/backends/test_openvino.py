@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import mmap
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import korch  # noqa: E402
 from korch import __version__  # noqa: E402
 from korch.backends import CompileOptions, get_backend  # noqa: E402
 from korch.backends.openvino import OpenVinoError  # noqa: E402
-from korch.backends.openvino.weights import dropping_pages  # noqa: E402
+from korch.backends.openvino.pages import dropping_file_pages, dropping_pages, read_only_maps  # noqa: E402
 from korch.backends.reference import run_graph  # noqa: E402
 from korch.candidates import Candidate, RegionLimits, region_candidates  # noqa: E402
 from korch.frontend.regions import OnnxSource, region_model  # noqa: E402
@@ -375,28 +377,42 @@ def test_openvino_kernels_hand_over_their_buffers_and_the_plan_copies_what_it_re
         assert max(d.rel for d in diff_outputs({name: y}, {name: expected[name]})) <= PLAN_RTOL
 
 
-def _resident_kb(path: Path) -> int:
-    """This process's resident memory in maps of `path` (/proc/self/smaps)."""
-    total, current = 0, ""
+def _mappings_rss() -> list[tuple[int, str, int]]:
+    """(start address, path or "", resident kB) of each of this process's mappings (/proc/self/smaps)."""
+    found, start, path = [], 0, ""
     with open("/proc/self/smaps") as smaps:
         for line in smaps:
             fields = line.split()
             if not fields[0].endswith(":"):          # a mapping's header: address range ... [path]
-                current = fields[5] if len(fields) > 5 else ""
-            elif fields[0] == "Rss:" and current == str(path):
-                total += int(fields[1])
-    return total
+                start, path = int(fields[0].split("-")[0], 16), fields[5] if len(fields) > 5 else ""
+            elif fields[0] == "Rss:":
+                found.append((start, path, int(fields[1])))
+    return found
+
+
+def _resident_kb(path: Path) -> int:
+    """This process's resident memory in maps of `path`."""
+    return sum(kb for _, mapped, kb in _mappings_rss() if mapped == str(path))
 
 
 def test_saved_plan_on_openvino_reads_its_external_weights(tmp_path: Path) -> None:
     """korch.optimize with only OpenVINO (regions only), save, load: the weights are EXTERNAL in the
-    plan's weights file, loading writes nothing into the plan directory, and once compiled the
-    process holds none of the weights file's pages (OpenVINO has its own copy)."""
+    plan's weights file, each region a ready model beside it that OpenVINO reads itself (loading and
+    running the plan imports no onnx), loading writes nothing into the plan directory, and once
+    compiled the process holds none of the weights file's pages (OpenVINO has its own copy)."""
     plan = korch.optimize("bert-mini", backends=["openvino"], threads=1, cache_dir=tmp_path / "cache")
     assert {s.backend for s in plan.steps} == {"openvino"} and all(s.onnx_nodes for s in plan.steps)
     directory = korch.save(plan, tmp_path / "bert.plan")
     saved = onnx.load(str(directory / "original.onnx"), load_external_data=False)
     assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in saved.graph.initializer)
+    ready = sorted(p.name for p in directory.glob("*.openvino.onnx"))
+    assert len(ready) == len(plan.steps), ready
+    region = onnx.load(str(directory / ready[0]), load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in region.graph.initializer)   # the weights file's
+    code = ("import sys, numpy as np, korch; s = korch.load(sys.argv[1]); "
+            "s.run(None, {n: np.zeros(t.shape, t.dtype.numpy) for n, t in s.get_inputs()}); print('onnx' in sys.modules)")
+    child = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True)
+    assert child.returncode == 0 and child.stdout.strip() == "False", child.stderr[-2000:]
     before = sorted(p.name for p in directory.iterdir())
     session = korch.load(directory)
     assert sorted(p.name for p in directory.iterdir()) == before
@@ -446,3 +462,32 @@ def test_bench_lists_the_openvino_peer(tmp_path: Path, capsys: pytest.CaptureFix
     assert result["vs_best"]["peer"] in set(result["systems"]) - {"korch"}
     assert "intra_op_num_threads=1" in result["onnxruntime_settings"]
     assert result["disagree"] == {} and result["rtol"] == 1e-4      # judged by the plans' accuracy policy
+
+
+def _resident_kb_of(start: int) -> int:
+    """This process's resident memory in the mapping that starts at `start`."""
+    (kb,) = [kb for mapped_at, _, kb in _mappings_rss() if mapped_at == start]
+    return kb
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="resident pages are read from /proc/self/smaps")
+def test_pages_of_maps_a_block_makes_of_a_plan_directory_are_dropped_and_older_maps_left_alone(tmp_path: Path) -> None:
+    """dropping_file_pages (OpenVINO maps a saved plan's weights file itself): the read-only maps of a
+    file in the directory made inside the block lose their pages and read back unchanged; a map made
+    before the block (another kernel's) keeps its pages."""
+    data = np.random.default_rng().standard_normal(64 * 1024).astype(F32)
+    path = tmp_path / "original.weights"
+    data.tofile(path)
+    with open(path, "rb") as f:
+        older = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        old_view = np.frombuffer(older, dtype=F32)
+        assert np.array_equal(old_view, data)             # resident
+        (old_start,) = read_only_maps(tmp_path)
+        with dropping_file_pages(tmp_path, interval_s=0.01):
+            newer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            new_view = np.frombuffer(newer, dtype=F32)
+            assert np.array_equal(new_view, data)
+            (new_start,) = {start for start, _ in read_only_maps(tmp_path)} - {old_start[0]}
+    assert _resident_kb_of(new_start) == 0
+    assert _resident_kb_of(old_start[0]) > 0
+    assert np.array_equal(new_view, data) and np.array_equal(old_view, data)

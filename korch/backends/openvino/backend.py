@@ -56,18 +56,19 @@ import mmap
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 import openvino as ov
-from onnx import helper
 
 from korch.backends.base import Backend, CompileOptions, Kernel
-from korch.backends.openvino.weights import bind_constants, detach_external, dropping_pages, external_initializers
+from korch.backends.openvino.pages import dropping_file_pages, dropping_pages
 from korch.ir.graph import Graph
-from korch.ir.onnx_export import to_onnx
 from korch.ir.ops import PrimClass
 from korch.ir.types import DType
+
+if TYPE_CHECKING:       # onnx is imported where a model is cut or parsed: a saved plan's kernels load without it
+    import onnx
 
 log = logging.getLogger("korch.backends.openvino")
 
@@ -177,12 +178,16 @@ class OpenVinoBackend(Backend):
         return None
 
     def compile(self, graph: Graph, options: CompileOptions) -> Kernel:
+        from korch.ir.onnx_export import to_onnx
+
         return self.compile_onnx(to_onnx(graph), graph.inputs, graph.outputs, options)
 
     def compile_onnx(self, model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str],
                      options: CompileOptions, external_dir: Path | None = None,
                      shared: Mapping[str, np.ndarray] | None = None) -> Kernel:
         """Compile an ONNX model (a region's original nodes, or a whole model) for `threads` threads."""
+        from onnx import helper
+
         ov_model, keep, maps = self.read(model, external_dir, shared)
         try:
             with dropping_pages(maps):       # the plugin copies the weights it reads (see weights.py)
@@ -193,6 +198,29 @@ class OpenVinoBackend(Backend):
         dtypes = [np.dtype(helper.tensor_dtype_to_np_dtype(model.graph.output[k].type.tensor_type.elem_type))
                   for k in positions]
         return OpenVinoKernel(compiled, [_input_index(compiled, name) for name in inputs], positions, dtypes, keep)
+
+    def compile_onnx_file(self, path: Path, inputs: Sequence[str], outputs: Sequence[str],
+                          output_dtypes: Sequence[np.dtype], options: CompileOptions,
+                          external_dir: Path | None = None) -> Kernel:
+        """A saved plan's ready region model, read by OpenVINO's own ONNX reader, which maps the
+        model's weights file itself: it must be in the model file's directory (`external_dir` is not
+        needed). The pages of that map are dropped while the plugin compiles, as a map of korch's
+        would be (pages.py). Nothing parses the model in Python: onnx is not imported."""
+        if external_dir is not None and Path(external_dir).resolve() != path.parent.resolve():
+            raise OpenVinoError(f"{path}: OpenVINO reads a model's weights only from its own directory, "
+                                f"not {external_dir}")
+        try:
+            with dropping_file_pages(path.parent):      # the reader maps the weights file
+                ov_model = self.core.read_model(str(path))
+                compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
+        except RuntimeError as e:
+            raise _failure("compile the model", e) from None
+        if len(compiled.outputs) != len(outputs):
+            raise OpenVinoError(f"{path}: OpenVINO compiled {len(compiled.outputs)} outputs; the plan's step has "
+                                f"{len(outputs)}")
+        # outputs by position, as declared (regions.py declares the step's outputs in order; see _output_indices)
+        return OpenVinoKernel(compiled, [_input_index(compiled, name) for name in inputs], range(len(outputs)),
+                              output_dtypes)
 
     def compile_file(self, path: str | Path, threads: int) -> tuple[OpenVinoKernel, list[str]]:
         """A whole model compiled from its ONNX file, as OpenVINO's users compile it (korch bench's
@@ -210,6 +238,8 @@ class OpenVinoBackend(Backend):
              shared: Mapping[str, np.ndarray] | None = None) -> tuple[ov.Model, list[np.ndarray], list[mmap.mmap]]:
         """The model in OpenVINO's form, the weight arrays it shares (`shared`, and views of mapped
         files for EXTERNAL initializers) and the maps (see weights.py)."""
+        from korch.backends.openvino.weights import bind_constants, detach_external, external_initializers
+
         arrays: dict[str, np.ndarray] = {}
         maps: list[mmap.mmap] = []
         if external_initializers(model):

@@ -16,7 +16,7 @@ the weights in its layouts, so ~2x the weights is OpenVINO's floor either way.
 
 That floor is the end of the compile: the plugin has copied each weight into its layouts, and every
 page it read through the map is still resident beside the copies, though few are read again (an
-embedding's rows). `dropping_pages` drops this process's pages of the map while the plugin compiles
+embedding's rows). `pages.dropping_pages` drops this process's pages of the map while the plugin compiles
 and once after: the map is private and never written (OpenVINO maps its own IR weights read-only,
 PROT_READ in src/common/util/src/os/lin/lin_mmap_object.cpp, and shares them the same way), so a
 page read again comes back from the file, unchanged. Peak RSS of a fresh process (korch.bench_rss,
@@ -27,9 +27,7 @@ gpt2-small 810 -> 515 (onnxruntime from the .onnx file: 720, 517-663, 706); comp
 from __future__ import annotations
 
 import mmap
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -39,13 +37,6 @@ from onnx import helper
 
 from korch.backends.base import writable_alias
 from korch.frontend.regions import is_shared
-
-# How often pages are dropped while OpenVINO compiles: what it read in the last interval is resident
-# at once. bert-base's whole model peaked at 501 MB at 50 ms, 487 at 10 ms, 884 dropping only after.
-# A small model reads its weights in well under 50 ms: efficientvit-b1's plan (OpenVINO's whole model,
-# 35 MB of weights) peaked at 194 MB at 50 ms, 174 at 2 ms, with compile time and speed unchanged
-# (benchmarks/openvino_rss.py, BENCHMARKS.md). A drop of pages not resident costs microseconds.
-DROP_INTERVAL_S = 0.002
 
 
 def external_initializers(model: onnx.ModelProto) -> list[onnx.TensorProto]:
@@ -89,35 +80,6 @@ def detach_external(model: onnx.ModelProto, directory: Path | None,
     detached.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                                 for t in external if t.name not in declared)
     return detached, arrays, list(maps.values())
-
-
-@contextmanager
-def dropping_pages(maps: Sequence[mmap.mmap], interval_s: float = DROP_INTERVAL_S) -> Iterator[None]:
-    """Drop this process's pages of `maps` every `interval_s` while the block runs (a compile, which
-    releases the GIL) and once after it; a page read again is read from its file (see the module
-    docstring). Only for maps nothing writes to: a written page would lose its changes."""
-    if not maps or not hasattr(mmap, "MADV_DONTNEED"):      # not on every platform; the pages then stay
-        yield
-        return
-
-    def drop() -> None:
-        for m in maps:
-            m.madvise(mmap.MADV_DONTNEED)
-
-    stop = threading.Event()
-
-    def keep_dropping() -> None:
-        while not stop.wait(interval_s):
-            drop()
-
-    thread = threading.Thread(target=keep_dropping, name="korch-openvino-drop-pages", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        drop()
 
 
 def bind_constants(model: ov.Model, arrays: Mapping[str, np.ndarray]) -> None:
