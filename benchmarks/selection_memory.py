@@ -1,0 +1,75 @@
+"""Where an optimize's memory sits when measured selection starts and at each duel (both contenders
+compiled): resident memory by mapping, and the engine sessions and ModelProtos alive.
+
+    python benchmarks/selection_memory.py MODEL CACHE_DIR THREADS
+
+Runs korch's optimize in this process (cold on an empty CACHE_DIR; on a filled one, profiling is
+skipped and selection starts from a process that never profiled). Reports are taken by wrapping
+korch.pipeline.measured_selection and korch.select.measured._duel; the optimize is otherwise
+korch's own. Ends with the process's peak (ru_maxrss).
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import logging
+import os
+import resource
+import sys
+import time
+
+import korch.pipeline as pipeline
+import korch.select.measured as measured
+from korch.profile.database import ProfileDB
+from korch.settings import OptimizeSettings
+
+sys.path.insert(0, os.path.dirname(__file__))
+from smaps_breakdown import breakdown  # noqa: E402
+
+WATCHED = ("ModelProto", "InferenceSession", "CompiledModel", "Kernel", "Session")
+ENGINES = ("korch.", "onnxruntime.", "openvino.", "onnx.")
+START = time.perf_counter()
+
+
+def report(moment: str) -> None:
+    gc.collect()
+    groups = breakdown(os.getpid())
+    print(f"\n=== {moment}: {time.perf_counter() - START:.0f} s, resident {sum(groups.values()) >> 10} MB: "
+          + ", ".join(f"{name} {kb >> 10}" for name, kb in groups.most_common(6)), flush=True)
+    alive: collections.Counter[str] = collections.Counter()
+    protos = []
+    for obj in gc.get_objects():
+        kind = type(obj)
+        name = f"{getattr(kind, '__module__', '')}.{getattr(kind, '__name__', '')}"
+        if name.startswith(ENGINES) and any(w in name for w in WATCHED):
+            alive[name] += 1
+        if getattr(kind, "__name__", "") == "ModelProto":
+            protos.append(obj.ByteSize() >> 20)
+    print("alive:", dict(alive.most_common(10)), "; ModelProto MB:", sorted(protos, reverse=True)[:6], flush=True)
+
+
+def main() -> None:
+    if len(sys.argv) != 4:
+        sys.exit(__doc__.split("\n\n")[1])
+    model, cache, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout)
+    select, duel = pipeline.measured_selection, measured._duel
+
+    def selecting(*args, **kwargs):
+        report("selection starts")
+        return select(*args, **kwargs)
+
+    def dueling(*args, **kwargs):
+        report("a duel starts")
+        return duel(*args, **kwargs)
+
+    pipeline.measured_selection, measured._duel = selecting, dueling
+    with ProfileDB(os.path.join(cache, "profiles.sqlite")) as db:
+        pipeline.optimize(model, db, OptimizeSettings(threads=threads), compile_session=False)
+    report("optimize done")
+    print(f"peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10} MB")
+
+
+if __name__ == "__main__":
+    main()
