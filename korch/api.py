@@ -83,24 +83,15 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     settings = OptimizeSettings(threads=threads, strict=strict, schedule=ScheduleSettings(enabled=not sequential),
                                 backends=check_backends(backends) if backends is not None else default_backends())
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    told = _ProgressOf(progress) if progress is not None else None
+    told = None
+    if progress is not None:
+        def told(done: int, total: int, what: str, *_: object) -> None:     # the profiler also passes counts per backend
+            progress(done, total, what)
     with ProfileDB(directory / "profiles.sqlite") as db:
         if shapes is not None:
             return optimize_buckets(model, db, settings, shapes, told)[0]
         plan, _, _ = run_pipeline(model, db, settings, input_shapes, progress=told, compile_session=False)
     return plan
-
-
-class _ProgressOf:
-    """A user's `progress(done, total, what)` as the profiler calls it (korch.profile.profiler.Progress,
-    which also passes each backend's own count and work for the CLI's ETA)."""
-
-    def __init__(self, progress: Callable[[int, int, str], None]) -> None:
-        self.progress = progress
-
-    def __call__(self, done: int, total: int, what: str, part: tuple[int, int] | None = None,
-                 work: tuple[float, float] | None = None) -> None:
-        self.progress(done, total, what)
 
 
 def compile(plan: Plan | BucketedPlan) -> Session | BucketSession:      # noqa: A001  (korch.compile reads as what it does)

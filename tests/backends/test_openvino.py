@@ -22,7 +22,7 @@ import korch  # noqa: E402
 from korch import __version__  # noqa: E402
 from korch.backends import CompileOptions, get_backend  # noqa: E402
 from korch.backends.openvino import OpenVinoError  # noqa: E402
-from korch.backends.openvino.pages import dropping_file_pages, dropping_pages, read_only_maps  # noqa: E402
+from korch.backends.openvino.pages import dropping_pages, dropping_ranges, read_only_maps  # noqa: E402
 from korch.backends.reference import run_graph  # noqa: E402
 from korch.candidates import Candidate, RegionLimits, region_candidates  # noqa: E402
 from korch.frontend.regions import OnnxSource, region_model  # noqa: E402
@@ -471,10 +471,10 @@ def _resident_kb_of(start: int) -> int:
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="resident pages are read from /proc/self/smaps")
-def test_pages_of_maps_a_block_makes_of_a_plan_directory_are_dropped_and_older_maps_left_alone(tmp_path: Path) -> None:
-    """dropping_file_pages (OpenVINO maps a saved plan's weights file itself): the read-only maps of a
-    file in the directory made inside the block lose their pages and read back unchanged; a map made
-    before the block (another kernel's) keeps its pages."""
+def test_pages_of_maps_made_since_a_point_are_dropped_and_older_maps_left_alone(tmp_path: Path) -> None:
+    """dropping_ranges over the read-only maps of a plan's weights file made since a point (OpenVINO
+    reading a ready model maps the file itself): those maps lose their pages and read back unchanged;
+    a map made before (another kernel's) keeps its pages."""
     data = np.random.default_rng().standard_normal(64 * 1024).astype(F32)
     path = tmp_path / "original.weights"
     data.tofile(path)
@@ -482,10 +482,10 @@ def test_pages_of_maps_a_block_makes_of_a_plan_directory_are_dropped_and_older_m
         older = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         old_view = np.frombuffer(older, dtype=F32)
         assert np.array_equal(old_view, data)             # resident
-        (old_start,) = read_only_maps(tmp_path)
-        with dropping_file_pages(tmp_path, interval_s=0.01):
-            newer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            new_view = np.frombuffer(newer, dtype=F32)
+        (old_start,) = before = read_only_maps(tmp_path)
+        newer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)       # as OpenVINO's reader maps it
+        new_view = np.frombuffer(newer, dtype=F32)
+        with dropping_ranges(read_only_maps(tmp_path) - before, interval_s=0.01):
             assert np.array_equal(new_view, data)
             (new_start,) = {start for start, _ in read_only_maps(tmp_path)} - {old_start[0]}
     assert _resident_kb_of(new_start) == 0

@@ -62,7 +62,7 @@ import numpy as np
 import openvino as ov
 
 from korch.backends.base import Backend, CompileOptions, Kernel
-from korch.backends.openvino.pages import dropping_file_pages, dropping_pages
+from korch.backends.openvino.pages import dropping_pages, dropping_ranges, read_only_maps
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.ir.types import DType
@@ -210,8 +210,9 @@ class OpenVinoBackend(Backend):
             raise OpenVinoError(f"{path}: OpenVINO reads a model's weights only from its own directory, "
                                 f"not {external_dir}")
         try:
-            with dropping_file_pages(path.parent):      # the reader maps the weights file
-                ov_model = self.core.read_model(str(path))
+            before = read_only_maps(path.parent)
+            ov_model = self.core.read_model(str(path))          # maps the weights file, reads little of it
+            with dropping_ranges(read_only_maps(path.parent) - before):
                 compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
         except RuntimeError as e:
             raise _failure("compile the model", e) from None

@@ -4,7 +4,7 @@ The plugin copies every weight it reads into its own layouts, and each page it r
 stays resident beside the copy (weights.py's module doc). Both maps here are read-only in practice
 and never written, so a dropped page read again comes back from its file, unchanged: korch's own
 copy-on-write maps of a plan's weights file (`dropping_pages`), and the maps OpenVINO's ONNX reader
-makes itself of a model's external data file (`dropping_file_pages`). Nothing here imports onnx: a
+makes itself of a model's external data file (`dropping_ranges`). Nothing here imports onnx: a
 saved plan's OpenVINO kernels load without it (korch/plan/plan.py, PREBUILT_BACKENDS).
 """
 
@@ -14,8 +14,7 @@ import ctypes
 import mmap
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,8 +26,6 @@ from pathlib import Path
 DROP_INTERVAL_S = 0.002
 
 MAPS = Path("/proc/self/maps")
-# How often dropping_file_pages looks again for the maps the block made (seconds).
-RESCAN_S = 0.05
 
 
 @contextmanager
@@ -68,7 +65,10 @@ def dropping_pages(maps: Sequence[mmap.mmap], interval_s: float = DROP_INTERVAL_
 
 
 def read_only_maps(directory: str | os.PathLike) -> set[tuple[int, int]]:
-    """(start, end) of this process's mappings of files in `directory` that cannot be written."""
+    """(start, end) of this process's mappings of files in `directory` that cannot be written (none
+    where /proc/self/maps is not)."""
+    if not MAPS.exists():
+        return set()
     inside = os.path.join(os.path.realpath(directory), "")
     found = set()
     with open(MAPS) as maps:
@@ -81,28 +81,18 @@ def read_only_maps(directory: str | os.PathLike) -> set[tuple[int, int]]:
 
 
 @contextmanager
-def dropping_file_pages(directory: str | os.PathLike, interval_s: float = DROP_INTERVAL_S) -> Iterator[None]:
-    """Drop this process's pages of the read-only maps of files in `directory` that the block makes
-    (OpenVINO reading a model whose weights file is there) while it runs and once after it. Maps made
-    before the block (another kernel's) are left alone."""
-    if not MAPS.exists() or not hasattr(mmap, "MADV_DONTNEED"):
+def dropping_ranges(ranges: Collection[tuple[int, int]], interval_s: float = DROP_INTERVAL_S) -> Iterator[None]:
+    """Drop this process's pages in the address ranges `ranges` (read-only maps of files, from
+    `read_only_maps`: OpenVINO's of a model's weights file, made as it read the model) while the block
+    runs and once after it."""
+    if not ranges or not hasattr(mmap, "MADV_DONTNEED"):
         yield
         return
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    before = read_only_maps(directory)
-    found: set[tuple[int, int]] = set()
-    looked = [0.0]
 
     def drop() -> None:
-        # /proc/self/maps is read at most every RESCAN_S: a read took 0.9 ms with onnxruntime and OpenVINO
-        # loaded (352 maps), half a core every 2 ms beside the compile; the maps found are dropped every call
-        now = time.monotonic()
-        if now - looked[0] >= RESCAN_S or not found:
-            found.clear()
-            found.update(read_only_maps(directory) - before)
-            looked[0] = now
-        for start, end in found:
+        for start, end in ranges:
             libc.madvise(start, end - start, mmap.MADV_DONTNEED)
 
     with _dropping(drop, interval_s):
