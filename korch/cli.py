@@ -225,6 +225,7 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                      + (f" (onnxruntime's own error {stats.fp32_error:.1e})" if stats.fp32_error else "")
                      + (f"; {stats.profiled_again} timed again, the machine having run slow (its slowest "
                         f"reading {stats.machine_slowest:.2f}x its fastest)" if stats.profiled_again else "")
+                     + (f"; {stats.compiled_ahead} compiled ahead in worker processes" if stats.compiled_ahead else "")
                      + (f"; guided by cost models on {', '.join(stats.guide.backends)}: {stats.guide.rounds} "
                         f"solve(s), {stats.guide.skipped} kernels never compiled"
                         + ("" if stats.guide.stable else " (round limit reached)") if stats.guide.backends else "")),

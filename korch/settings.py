@@ -79,6 +79,16 @@ class ProfileSettings:
     # reading (tens of runs) has a steady median, short enough that it gets them, and found early (from
     # 1 ms, yolox-nano's was found 90 s into its profiling, and the watch was blind until then).
     watch_sentinel_s: tuple[float, float] = (3e-4, 2e-2)
+    # Kernels of a backend that compiles slowly (Inductor) are compiled ahead, before any kernel is
+    # timed, by this many worker processes, and loaded where the profiler would compile them
+    # (korch/profile/ahead.py): on yolox-nano's 44 Inductor candidates two workers took 0.73x one
+    # process's time. Fewer than 2: each is compiled where it is timed, as before.
+    compile_workers: int = 2
+    # ... when at least this many are to be compiled: a worker takes seconds to start (importing torch).
+    compile_ahead_min_jobs: int = 6
+    # A kernel with more constant bytes than this is compiled where it is timed: a worker holds its
+    # own copy of them while compiling, and two such copies would raise the optimize's peak memory.
+    compile_ahead_max_bytes: int = 64 << 20
 
 
 @dataclass(frozen=True)

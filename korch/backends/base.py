@@ -82,6 +82,9 @@ class Backend(ABC):
     # compiling (`save_kernel`, `load_kernel`): a saved plan holds such kernels, so that loading it
     # needs no compiler and takes no compile time.
     saves_kernels: bool = False
+    # Compiling one of its kernels (from primitives) takes seconds, mostly on one core, and its kernels
+    # save (`saves_kernels`): the profiler compiles them ahead in worker processes (profile/ahead.py).
+    compiles_ahead: bool = False
 
     def save_kernel(self, kernel: Kernel, graph: Graph, directory: Path) -> None:
         """Write `kernel`, compiled from `graph` by this backend, into the new directory `directory`.

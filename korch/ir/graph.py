@@ -133,6 +133,12 @@ class Graph:
                 users.setdefault(i, []).append(n)
         return MappingProxyType({k: tuple(v) for k, v in users.items()})
 
+    def __reduce__(self) -> tuple[Callable[..., Graph], tuple[Any, ...]]:
+        """Pickled (to a compile worker, korch/profile/ahead.py) as its fields, the read-only mappings
+        as dicts: a mappingproxy does not pickle."""
+        return _unpickle_graph, (self.name, self.inputs, self.outputs, self.nodes, dict(self.types),
+                                 dict(self.constants))
+
     def class_counts(self) -> dict[PrimClass, int]:
         counts = {k: 0 for k in PrimClass}
         for n in self.nodes:
@@ -148,6 +154,13 @@ class Graph:
             h.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
             h.update(memoryview(array.reshape(-1)).cast("B"))
         return h.hexdigest()
+
+
+def _unpickle_graph(name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], nodes: tuple[Node, ...],
+                    types: dict[str, TensorType], constants: dict[str, np.ndarray]) -> Graph:
+    for array in constants.values():
+        array.flags.writeable = False          # constants are read-only, as the builder leaves them
+    return Graph(name, inputs, outputs, nodes, MappingProxyType(types), MappingProxyType(constants))
 
 
 def _array_key(array: np.ndarray) -> tuple[str, tuple[int, ...], str]:

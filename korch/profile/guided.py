@@ -115,14 +115,15 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     legal = len(pending)
     predicted = _predicted_costs(graph, pending, models, settings)
     measured, seconds = outcome.measured, dict(outcome.seconds)
-    retimed, slowest = outcome.retimed, outcome.slowest
+    retimed, slowest, ahead = outcome.retimed, outcome.slowest, outcome.ahead
     usable = {pair: r.median_s for pair, r in records.items() if accepted(r, outcome.tolerance) and r.median_s}
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
-        nonlocal measured, retimed, slowest
+        nonlocal measured, retimed, slowest, ahead
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
         records.update(more.records)
         retimed += more.retimed
+        ahead += more.ahead
         slowest = max((x for x in (slowest, more.slowest) if x is not None), default=None)
         usable.update({pair: r.median_s for pair, r in more.records.items()
                        if accepted(r, outcome.tolerance) and r.median_s})
@@ -151,7 +152,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     log.info("guided profiling: %d of %d legal unmeasured pairs measured in %d round(s); %d never compiled",
              legal - len(pending), legal, rounds, len(pending))
     merged = ProfileOutcome(records, measured + len(illegal), outcome.stored, outcome.tolerance, outcome.fp32_error,
-                            seconds, retimed, slowest)
+                            seconds, retimed, slowest, ahead)
     return merged, GuideStats(tuple(sorted(models)), rounds, len(pending), stable)
 
 

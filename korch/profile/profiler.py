@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -29,6 +31,7 @@ from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model, region_model_sharing
 from korch.heap import release_freed_heap
 from korch.ir.graph import Graph
+from korch.profile.ahead import Ahead, AheadJob, compile_ahead, constant_bytes
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
 from korch.profile.speed import SpeedWatch
@@ -86,6 +89,7 @@ class ProfileOutcome:
     seconds: Mapping[str, float] = field(default_factory=dict)
     retimed: int = 0              # kernels timed again because the machine was slow when they were first timed
     slowest: float | None = None  # the machine's slowest speed reading over its fastest (None: not watched)
+    ahead: int = 0                # kernels compiled ahead in worker processes and loaded (profile/ahead.py)
 
 
 def accepted(record: Record, tolerance: float) -> bool:
@@ -259,7 +263,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             job, env = next(stream)
             seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
             record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
-                                  sweep, keep)
+                                  sweep, keep, ahead.saved.get((job.candidate.key, job.backend)) if ahead else None)
             pair = (job.candidate.key, job.backend)
             if again:
                 second[pair] = record
@@ -277,37 +281,44 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                 progress(done, len(todo), job.backend, (done_of[job.backend], of_backend[job.backend]),
                          (worked[job.backend], work_of[job.backend]))
 
-    if reader is not None:                # a given reader (tests) reads before the first job
-        read_speed()
-    run(jobs, again=False)
-    again: list[Job] = []
-    if reader is not None:
-        read_speed()
-        spoiled = dict.fromkeys(order[k] for k in watch.suspects())
-        # (not whole models: one may take a minute to compile, and selection times them side by side anyway)
-        again = [j for j in spoiled if records[(j.candidate.key, j.backend)].status is Status.OK
-                 and j.candidate.size < len(graph.nodes)]
-        if again:
-            log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
-                        "timed (read from a small kernel timed again every %.0f s: %.3f to %.3f ms over %d "
-                        "readings); timing them again", watch.slowest_ratio(), len(again), settings.watch_interval_s,
-                        watch.fastest() * 1e3, watch.fastest() * watch.slowest_ratio() * 1e3, len(watch.readings))
-            first_pass = len(order)
-            run(again, again=True)
+    ahead = _compile_ahead(graph, jobs, options, settings, source, progress)
+    if ahead is not None:
+        seconds["compile ahead"] = ahead.seconds
+    try:
+        if reader is not None:                # a given reader (tests) reads before the first job
             read_speed()
-            still = {order[k] for k in watch.suspects() if k >= first_pass}
-            ratios = []
-            for job in again:
-                pair = (job.candidate.key, job.backend)
-                if second[pair].status is Status.OK and records[pair].median_s:
-                    ratios.append((second[pair].median_s or 0.0) / records[pair].median_s)
-                kept = _second_profile(records[pair], second[pair], job in still)
-                if kept is not records[pair]:
-                    db.put(kept)
-                    records[pair] = kept
-            log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
-                     "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
-                     "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())
+        run(jobs, again=False)
+        again: list[Job] = []
+        if reader is not None:
+            read_speed()
+            spoiled = dict.fromkeys(order[k] for k in watch.suspects())
+            # (not whole models: one may take a minute to compile, and selection times them side by side anyway)
+            again = [j for j in spoiled if records[(j.candidate.key, j.backend)].status is Status.OK
+                     and j.candidate.size < len(graph.nodes)]
+            if again:
+                log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
+                            "timed (read from a small kernel timed again every %.0f s: %.3f to %.3f ms over %d "
+                            "readings); timing them again", watch.slowest_ratio(), len(again), settings.watch_interval_s,
+                            watch.fastest() * 1e3, watch.fastest() * watch.slowest_ratio() * 1e3, len(watch.readings))
+                first_pass = len(order)
+                run(again, again=True)
+                read_speed()
+                still = {order[k] for k in watch.suspects() if k >= first_pass}
+                ratios = []
+                for job in again:
+                    pair = (job.candidate.key, job.backend)
+                    if second[pair].status is Status.OK and records[pair].median_s:
+                        ratios.append((second[pair].median_s or 0.0) / records[pair].median_s)
+                    kept = _second_profile(records[pair], second[pair], job in still)
+                    if kept is not records[pair]:
+                        db.put(kept)
+                        records[pair] = kept
+                log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
+                         "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
+                         "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())
+    finally:
+        if ahead is not None:
+            ahead.release()
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
         # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB
@@ -318,7 +329,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                     "they are left out of this run's plan and profiled again next run",
                     len(transient), transient[0].reason)
     return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, len(again),
-                          watch.slowest_ratio() if watch.readings else None)
+                          watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0)
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:
@@ -362,11 +373,45 @@ def _sentinel(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: Co
     return read
 
 
+def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, settings: ProfileSettings,
+                   source: OnnxSource | None, progress: Progress | None) -> Ahead | None:
+    """The kernels of backends that compile slowly, compiled ahead in worker processes (profile/ahead.py),
+    or None when there are too few of them or workers are off (ProfileSettings.compile_workers)."""
+    if settings.compile_workers < 2:
+        return None
+    whole = len(graph.nodes)
+    todo = []
+    for job in jobs:
+        backend = get_backend(job.backend)
+        if not backend.compiles_ahead or _from_onnx(job.candidate, backend, source):
+            continue
+        sub = extract_subgraph(graph, job.candidate)
+        if constant_bytes(sub) > settings.compile_ahead_max_bytes or backend.supports(sub) is not None:
+            continue
+        mine = replace(options, runs_alone=True) if job.candidate.size == whole else options
+        todo.append(AheadJob((job.candidate.key, job.backend), sub, mine, job_work(job.candidate.size)))
+    if len(todo) < settings.compile_ahead_min_jobs:
+        return None
+    log.info("profile: compiling %d kernel(s) ahead in %d worker processes", len(todo), settings.compile_workers)
+
+    def told(done: int, total: int, work: float, all_work: float) -> None:
+        if progress is not None:
+            progress(done, total, "compiling ahead", (done, total), (work, all_work))
+    ahead = compile_ahead(todo, settings.compile_workers, Path(tempfile.mkdtemp(prefix="korch-ahead-")), told)
+    log.info("profile: compiled %d of %d kernel(s) ahead in %.1f s", len(ahead.saved), len(todo), ahead.seconds)
+    return ahead
+
+
+def _from_onnx(cand: Candidate, backend: Backend, source: OnnxSource | None) -> bool:
+    """Whether `compile_candidate` gives `backend` the candidate's ONNX nodes rather than its primitives."""
+    return bool(cand.onnx_nodes) and backend.accepts_onnx and source is not None
+
+
 def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options: CompileOptions,
                       source: OnnxSource | None) -> Kernel:
     """A region goes to an ONNX engine as its original nodes; everything else as primitives."""
     backend = get_backend(backend_name)
-    if cand.onnx_nodes and backend.accepts_onnx and source is not None:
+    if _from_onnx(cand, backend, source):
         if backend.shares_weights:
             model, shared = region_model_sharing(source, graph, cand)
             return backend.compile_onnx(model, cand.inputs, cand.outputs, options, source.weights_dir, shared)
@@ -378,9 +423,10 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
 def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions, threads: int,
                  machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float,
                  seconds: dict[str, float] | None = None, sweep: CacheSweep | None = None,
-                 keep: KeepKernel | None = None) -> Record:
+                 keep: KeepKernel | None = None, saved: Path | None = None) -> Record:
     """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
-    kernel other than the whole model (ProfileSettings.cold_cache)."""
+    kernel other than the whole model (ProfileSettings.cold_cache). `saved`: the kernel, compiled
+    ahead (profile/ahead.py), to load instead of compiling."""
     backend = get_backend(job.backend)
     cand = job.candidate
     seconds = {} if seconds is None else seconds
@@ -405,7 +451,9 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     if whole:        # the whole model: as a plan of one kernel runs it
         options = replace(options, runs_alone=True)
     try:
-        kernel = compile_candidate(graph, cand, job.backend, options, source)
+        kernel = _load(backend, saved, sub, options) if saved is not None else None
+        if kernel is None:
+            kernel = compile_candidate(graph, cand, job.backend, options, source)
         inputs = [np.asarray(env[i], order="C") for i in cand.inputs]   # (ascontiguousarray makes 0-d 1-d)
         outputs = kernel.run(inputs)
     except Exception as e:  # a backend failing on one candidate must not stop the optimizer
@@ -434,6 +482,15 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         lap("keep")
     return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst,
                      code_version())
+
+
+def _load(backend: Backend, saved: Path, graph: Graph, options: CompileOptions) -> Kernel | None:
+    """A kernel compiled ahead, or None if it does not load (it is compiled again)."""
+    try:
+        return backend.load_kernel(saved, graph, options)
+    except Exception as e:  # noqa: BLE001  (compiling it here says what is wrong, if anything is)
+        log.warning("profile: a kernel compiled ahead did not load (%s: %s); compiling it again", type(e).__name__, e)
+        return None
 
 
 def record_version(backend: Backend, settings: ProfileSettings) -> str:

@@ -497,6 +497,7 @@ def _load(directory: Path, graph: Graph, threads: int, meta: Mapping[str, Any]) 
             slots.append((None, tensor))
     kernel = InductorKernel(_caller(module, slots), threads, "cpu", tuple(meta["copies"]), (module,), held)
     _check(directory, kernel)
+    kernel.saved_in = directory
     return kernel
 
 

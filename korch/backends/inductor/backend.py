@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
@@ -92,6 +93,9 @@ class InductorKernel(Kernel):
         self.threads = threads
         self.device = device
         self.copies = copies
+        # the directory it was loaded from (artifact.load_kernel): saved again, it is those files.
+        # Its code is not what `save_kernel` analyses: it holds stand-ins for weights packed at load.
+        self.saved_in: Path | None = None
         if device != "cpu":
             self.run = self._run_on_device          # type: ignore[method-assign]
 

@@ -5,11 +5,12 @@ backend.py, and torch with it."""
 
 from __future__ import annotations
 
+import shutil
 from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 
-from korch.backends.base import Backend, CompileOptions, Kernel
+from korch.backends.base import Backend, CompileOptions, Kernel, KernelNotSaveable
 from korch.ir.graph import Graph
 
 
@@ -36,6 +37,7 @@ class InductorBackend(Backend):
         return compile_graph(graph, options, self.device)
 
     saves_kernels = True
+    compiles_ahead = True
 
     def save_kernel(self, kernel: Kernel, graph: Graph, directory: Path) -> None:
         from korch.backends.inductor.artifact import save_kernel
@@ -43,6 +45,11 @@ class InductorBackend(Backend):
 
         if not isinstance(kernel, InductorKernel):
             raise TypeError(f"not an Inductor kernel: {type(kernel).__name__}")
+        if kernel.saved_in is not None:          # a loaded kernel: its files, as they were saved
+            if not (kernel.saved_in / "artifact.json").is_file():
+                raise KernelNotSaveable(f"loaded from {kernel.saved_in}, which is gone")
+            shutil.copytree(kernel.saved_in, directory)
+            return
         save_kernel(kernel, graph, directory)
 
     def load_kernel(self, directory: Path, graph: Graph, options: CompileOptions) -> Kernel:
