@@ -283,12 +283,22 @@ def _crossings(options: Sequence[Option], free: set[str], boundary: BoundaryCost
     for j, opt in enumerate(options):
         for t in opt.outputs:
             producers.setdefault(t, {}).setdefault(opt.engine, []).append(j)
+    # one price per (producer engine, consumer engine, tensor): thousands of options share each
+    # (yolox-nano's guided solves spent 0.5 s each pricing them again)
+    priced: dict[tuple[str, str, str], float] = {}
+
+    def price(producer: str, consumer: str, t: str) -> float:
+        cost = priced.get((producer, consumer, t))
+        if cost is None:
+            cost = priced[(producer, consumer, t)] = boundary(producer, consumer, t)
+        return cost
+
     for k, opt in enumerate(options):
         for t in sorted(opt.inputs - free):
-            same = boundary(opt.engine, opt.engine, t)
+            same = price(opt.engine, opt.engine, t)
             own[k] += same
             for engine, makers in sorted(producers.get(t, {}).items()):
-                extra = boundary(engine, opt.engine, t) - same
+                extra = price(engine, opt.engine, t) - same
                 if engine != opt.engine and extra > _NEGLIGIBLE_S:
                     crossings.cost.append(extra)
                     crossings.consumer.append(k)
