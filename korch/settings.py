@@ -81,8 +81,9 @@ class ProfileSettings:
     watch_sentinel_s: tuple[float, float] = (3e-4, 2e-2)
     # Kernels of a backend that compiles slowly (Inductor) are compiled ahead, before any kernel is
     # timed, by this many worker processes, and loaded where the profiler would compile them
-    # (korch/profile/ahead.py): on yolox-nano's 44 Inductor candidates two workers took 0.73x one
-    # process's time. Fewer than 2: each is compiled where it is timed, as before.
+    # (korch/profile/ahead.py): from an empty Inductor cache two workers took 0.79x the time of
+    # compiling in place on yolox-nano's 44 Inductor kernels, 0.82x on segformer-b0's
+    # (benchmarks/compile_ahead.py). Fewer than 2: each is compiled where it is timed, as before.
     compile_workers: int = 2
     # ... when at least this many are to be compiled: a worker takes seconds to start (importing torch).
     compile_ahead_min_jobs: int = 6

@@ -5,11 +5,13 @@ in one Python process (its lowering) and one C++ compiler at a time: a one-proce
 the second core idle for most of it. So before the profiler times anything, `compile_ahead` hands
 such a backend's kernels (`Backend.compiles_ahead`) to a few worker processes, largest first, each
 taking the next as it finishes one; each writes its kernel with `Backend.save_kernel`. The profiler
-then loads each saved kernel (Inductor: 5-230 ms) where it would have compiled it, and checks and
-times it as before. Compiling and timing never overlap: a kernel timed beside a compile reads slow.
+then loads each saved kernel where it would have compiled it (yolox-nano's 44 in 1.4-2.8 s), and
+checks and times it as before. Compiling and timing never overlap: a kernel timed beside a compile
+reads slow.
 
-On yolox-nano's 44 Inductor candidates, from an empty Inductor cache, two workers took 93 s where
-one took 128 s (benchmarks/compile_ahead.py, BENCHMARKS.md).
+From an empty Inductor cache, two workers made yolox-nano's 44 Inductor kernels runnable in 96.9 s
+where compiling them in place took 123.0 s, segformer-b0's in 143.1 s against 174.5
+(benchmarks/compile_ahead.py, BENCHMARKS.md).
 
 Nothing here decides what a kernel is: a job a worker could not compile or save (or a worker that
 died) is simply compiled by the profiler as before, which stores whatever failure it meets. A
@@ -34,6 +36,7 @@ import selectors
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,21 +61,27 @@ class AheadJob:
 class Ahead:
     """What `compile_ahead` made: the saved kernel of each pair it compiled, and the wall time."""
 
-    directory: Path                # holds the saved kernels; the caller removes it
+    directory: Path                # holds the saved kernels
     saved: Mapping[tuple[str, str], Path]
     seconds: float
-    workers: int
     failed: int                    # jobs no worker compiled and saved (the profiler compiles those)
 
     def release(self) -> None:
         """Remove the saved kernels once the profiler is done with them, all but their extension
-        modules (`*.so`, small), which go when the process exits: Python keeps a loaded extension
-        module by name, and a kernel Inductor compiles later from the same source gets that module,
-        whose file must still be there for a plan that saves the kernel to copy."""
-        for path in sorted(self.directory.rglob("*"), reverse=True):
+        modules (`*.so`, small), which go with the directory when the process exits
+        (`scratch_directory`): Python keeps a loaded extension module by name, and a kernel Inductor
+        compiles later from the same source gets that module, whose file must still be there for a
+        plan that saves the kernel to copy."""
+        for path in list(self.directory.rglob("*")):
             if path.is_file() and path.suffix != ".so":
                 path.unlink(missing_ok=True)
-        atexit.register(shutil.rmtree, self.directory, True)
+
+
+def scratch_directory() -> Path:
+    """A new directory for `compile_ahead`, removed when the process exits."""
+    directory = Path(tempfile.mkdtemp(prefix="korch-ahead-"))
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
 
 
 def constant_bytes(graph: Graph) -> int:
@@ -82,7 +91,7 @@ def constant_bytes(graph: Graph) -> int:
 def compile_ahead(jobs: Sequence[AheadJob], workers: int, directory: Path,
                   progress: Callable[[int, int, float, float], None] | None = None) -> Ahead:
     """Compile and save every job's kernel in `workers` processes (at most one per job) into
-    `directory`, which the caller owns and removes. Returns when every job is done or failed.
+    `directory` (the caller's, e.g. `scratch_directory()`). Returns when every job is done or failed.
     `progress(done, total, work done, work in all)` is called as each job ends."""
     t0 = time.perf_counter()
     order = sorted(range(len(jobs)), key=lambda k: -jobs[k].work)
@@ -133,7 +142,7 @@ def compile_ahead(jobs: Sequence[AheadJob], workers: int, directory: Path,
     if failures:
         log.info("compile ahead: %d of %d kernel(s) not compiled ahead, the profiler compiles them (first: %s)",
                  len(failures), len(jobs), failures[0])
-    return Ahead(directory, saved, time.perf_counter() - t0, len(pool), len(jobs) - len(saved))
+    return Ahead(directory, saved, time.perf_counter() - t0, len(jobs) - len(saved))
 
 
 class _Worker:

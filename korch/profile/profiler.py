@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,7 +30,7 @@ from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model, region_model_sharing
 from korch.heap import release_freed_heap
 from korch.ir.graph import Graph
-from korch.profile.ahead import Ahead, AheadJob, compile_ahead, constant_bytes
+from korch.profile.ahead import Ahead, AheadJob, compile_ahead, constant_bytes, scratch_directory
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
 from korch.profile.speed import SpeedWatch
@@ -284,41 +283,39 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     ahead = _compile_ahead(graph, jobs, options, settings, source, progress)
     if ahead is not None:
         seconds["compile ahead"] = ahead.seconds
-    try:
-        if reader is not None:                # a given reader (tests) reads before the first job
+    if reader is not None:                # a given reader (tests) reads before the first job
+        read_speed()
+    run(jobs, again=False)
+    again: list[Job] = []
+    if reader is not None:
+        read_speed()
+        spoiled = dict.fromkeys(order[k] for k in watch.suspects())
+        # (not whole models: one may take a minute to compile, and selection times them side by side anyway)
+        again = [j for j in spoiled if records[(j.candidate.key, j.backend)].status is Status.OK
+                 and j.candidate.size < len(graph.nodes)]
+        if again:
+            log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
+                        "timed (read from a small kernel timed again every %.0f s: %.3f to %.3f ms over %d "
+                        "readings); timing them again", watch.slowest_ratio(), len(again), settings.watch_interval_s,
+                        watch.fastest() * 1e3, watch.fastest() * watch.slowest_ratio() * 1e3, len(watch.readings))
+            first_pass = len(order)
+            run(again, again=True)
             read_speed()
-        run(jobs, again=False)
-        again: list[Job] = []
-        if reader is not None:
-            read_speed()
-            spoiled = dict.fromkeys(order[k] for k in watch.suspects())
-            # (not whole models: one may take a minute to compile, and selection times them side by side anyway)
-            again = [j for j in spoiled if records[(j.candidate.key, j.backend)].status is Status.OK
-                     and j.candidate.size < len(graph.nodes)]
-            if again:
-                log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
-                            "timed (read from a small kernel timed again every %.0f s: %.3f to %.3f ms over %d "
-                            "readings); timing them again", watch.slowest_ratio(), len(again), settings.watch_interval_s,
-                            watch.fastest() * 1e3, watch.fastest() * watch.slowest_ratio() * 1e3, len(watch.readings))
-                first_pass = len(order)
-                run(again, again=True)
-                read_speed()
-                still = {order[k] for k in watch.suspects() if k >= first_pass}
-                ratios = []
-                for job in again:
-                    pair = (job.candidate.key, job.backend)
-                    if second[pair].status is Status.OK and records[pair].median_s:
-                        ratios.append((second[pair].median_s or 0.0) / records[pair].median_s)
-                    kept = _second_profile(records[pair], second[pair], job in still)
-                    if kept is not records[pair]:
-                        db.put(kept)
-                        records[pair] = kept
-                log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
-                         "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
-                         "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())
-    finally:
-        if ahead is not None:
-            ahead.release()
+            still = {order[k] for k in watch.suspects() if k >= first_pass}
+            ratios = []
+            for job in again:
+                pair = (job.candidate.key, job.backend)
+                if second[pair].status is Status.OK and records[pair].median_s:
+                    ratios.append((second[pair].median_s or 0.0) / records[pair].median_s)
+                kept = _second_profile(records[pair], second[pair], job in still)
+                if kept is not records[pair]:
+                    db.put(kept)
+                    records[pair] = kept
+            log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
+                     "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
+                     "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())
+    if ahead is not None:
+        ahead.release()
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
         # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB
@@ -397,7 +394,7 @@ def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, s
     def told(done: int, total: int, work: float, all_work: float) -> None:
         if progress is not None:
             progress(done, total, "compiling ahead", (done, total), (work, all_work))
-    ahead = compile_ahead(todo, settings.compile_workers, Path(tempfile.mkdtemp(prefix="korch-ahead-")), told)
+    ahead = compile_ahead(todo, settings.compile_workers, scratch_directory(), told)
     log.info("profile: compiled %d of %d kernel(s) ahead in %.1f s", len(ahead.saved), len(todo), ahead.seconds)
     return ahead
 

@@ -284,7 +284,8 @@ def _crossings(options: Sequence[Option], free: set[str], boundary: BoundaryCost
         for t in opt.outputs:
             producers.setdefault(t, {}).setdefault(opt.engine, []).append(j)
     # one price per (producer engine, consumer engine, tensor): thousands of options share each
-    # (yolox-nano's guided solves spent 0.5 s each pricing them again)
+    # (yolox-nano's 9,580 split-plan options: pricing took 1.2 s a solve asked per option, 0.15 s
+    # asked once: benchmarks/boundary_pricing.py)
     priced: dict[tuple[str, str, str], float] = {}
 
     def price(producer: str, consumer: str, t: str) -> float:

@@ -40,13 +40,13 @@ class InductorBackend(Backend):
     compiles_ahead = True
 
     def save_kernel(self, kernel: Kernel, graph: Graph, directory: Path) -> None:
-        from korch.backends.inductor.artifact import save_kernel
+        from korch.backends.inductor.artifact import META, save_kernel
         from korch.backends.inductor.backend import InductorKernel
 
         if not isinstance(kernel, InductorKernel):
             raise TypeError(f"not an Inductor kernel: {type(kernel).__name__}")
         if kernel.saved_in is not None:          # a loaded kernel: its files, as they were saved
-            if not (kernel.saved_in / "artifact.json").is_file():
+            if not (kernel.saved_in / META).is_file():
                 raise KernelNotSaveable(f"loaded from {kernel.saved_in}, which is gone")
             shutil.copytree(kernel.saved_in, directory)
             return
