@@ -90,6 +90,13 @@ class ProfileSettings:
     # A kernel with more constant bytes than this is compiled where it is timed: a worker holds its
     # own copy of them while compiling, and two such copies would raise the optimize's peak memory.
     compile_ahead_max_bytes: int = 64 << 20
+    # Kernels of a backend whose compiles run beside each other in threads (Backend.compiles_in_threads:
+    # OpenVINO) are compiled this many at a time, a window of up to `compile_window` kernels (holding
+    # at most `compile_window_bytes` of constants between them) before any of the window is timed, so
+    # nothing compiles while a kernel is timed. 1: each is compiled where it is timed, as before.
+    compile_threads: int = 2
+    compile_window: int = 16
+    compile_window_bytes: int = 128 << 20
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,10 @@ class Backend(ABC):
     # Compiling one of its kernels (from primitives) takes seconds, mostly on one core, and its kernels
     # save (`saves_kernels`): the profiler compiles them ahead in worker processes (profile/ahead.py).
     compiles_ahead: bool = False
+    # Its compile runs in native code with the GIL released, on one core, and is safe beside another
+    # of its compiles in the process: the profiler compiles its kernels two at a time, in threads,
+    # before timing them (ProfileSettings.compile_threads).
+    compiles_in_threads: bool = False
 
     def save_kernel(self, kernel: Kernel, graph: Graph, directory: Path) -> None:
         """Write `kernel`, compiled from `graph` by this backend, into the new directory `directory`.

@@ -17,6 +17,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -108,6 +109,11 @@ def trusted(record: Record) -> bool:
     return record.status is Status.OK or record.code == code_version()
 
 
+def in_stream_order(jobs: Sequence[Job]) -> list[Job]:
+    """The order `_streamed_values` yields jobs in: by each job's last node (stable)."""
+    return sorted(jobs, key=lambda j: max(j.candidate.nodes))
+
+
 def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequence[Job]):
     """Yield (job, values) in order of each job's last node, computing reference values lazily and
     dropping each one as soon as no later node or job needs it."""
@@ -133,7 +139,7 @@ def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequen
     position = 0
     for v in dies.pop(0, ()):
         env.pop(v, None)
-    for job in sorted(jobs, key=lambda j: max(j.candidate.nodes)):
+    for job in in_stream_order(jobs):
         end = max(job.candidate.nodes)
         while position <= end:
             node = graph.nodes[position]
@@ -251,6 +257,9 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         """Profile `todo`; `again`: a second profile of kernels timed in a slow spell, set aside in
         `second` until the readings around it are known."""
         stream = _streamed_values(graph, feeds, todo)
+        ordered = in_stream_order(todo)
+        compiled: dict[int, Future[Kernel]] = {}
+        window_end = 0
         of_backend = Counter(job.backend for job in todo)
         work_of: dict[str, float] = {}
         for job in todo:
@@ -258,11 +267,17 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         done_of: Counter[str] = Counter()
         worked: dict[str, float] = {}
         for done in range(1, len(todo) + 1):
+            if pool is not None and done - 1 >= window_end:
+                t0 = time.perf_counter()
+                window_end = _compile_window(graph, ordered, done - 1, options, source, settings, pool, compiled)
+                seconds["compile in threads"] = seconds.get("compile in threads", 0.0) + time.perf_counter() - t0
             t0 = time.perf_counter()
             job, env = next(stream)
             seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
+            assert job is ordered[done - 1]
             record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
-                                  sweep, keep, ahead.saved.get((job.candidate.key, job.backend)) if ahead else None)
+                                  sweep, keep, ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
+                                  compiled.pop(done - 1, None))
             pair = (job.candidate.key, job.backend)
             if again:
                 second[pair] = record
@@ -280,42 +295,53 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                 progress(done, len(todo), job.backend, (done_of[job.backend], of_backend[job.backend]),
                          (worked[job.backend], work_of[job.backend]))
 
+    def both_passes() -> int:
+        """Profile the jobs; time again the kernels timed in a slow spell. Returns how many were."""
+        if reader is not None:                # a given reader (tests) reads before the first job
+            read_speed()
+        run(jobs, again=False)
+        again: list[Job] = []
+        if reader is not None:
+            read_speed()
+            spoiled = dict.fromkeys(order[k] for k in watch.suspects())
+            # (not whole models: one may take a minute to compile, and selection times them side by side anyway)
+            again = [j for j in spoiled if records[(j.candidate.key, j.backend)].status is Status.OK
+                     and j.candidate.size < len(graph.nodes)]
+            if again:
+                log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
+                            "timed (read from a small kernel timed again every %.0f s: %.3f to %.3f ms over %d "
+                            "readings); timing them again", watch.slowest_ratio(), len(again), settings.watch_interval_s,
+                            watch.fastest() * 1e3, watch.fastest() * watch.slowest_ratio() * 1e3, len(watch.readings))
+                first_pass = len(order)
+                run(again, again=True)
+                read_speed()
+                still = {order[k] for k in watch.suspects() if k >= first_pass}
+                ratios = []
+                for job in again:
+                    pair = (job.candidate.key, job.backend)
+                    if second[pair].status is Status.OK and records[pair].median_s:
+                        ratios.append((second[pair].median_s or 0.0) / records[pair].median_s)
+                    kept = _second_profile(records[pair], second[pair], job in still)
+                    if kept is not records[pair]:
+                        db.put(kept)
+                        records[pair] = kept
+                log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
+                         "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
+                         "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())
+        return len(again)
+
     ahead = _compile_ahead(graph, jobs, options, settings, source, progress)
     if ahead is not None:
         seconds["compile ahead"] = ahead.seconds
-    if reader is not None:                # a given reader (tests) reads before the first job
-        read_speed()
-    run(jobs, again=False)
-    again: list[Job] = []
-    if reader is not None:
-        read_speed()
-        spoiled = dict.fromkeys(order[k] for k in watch.suspects())
-        # (not whole models: one may take a minute to compile, and selection times them side by side anyway)
-        again = [j for j in spoiled if records[(j.candidate.key, j.backend)].status is Status.OK
-                 and j.candidate.size < len(graph.nodes)]
-        if again:
-            log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
-                        "timed (read from a small kernel timed again every %.0f s: %.3f to %.3f ms over %d "
-                        "readings); timing them again", watch.slowest_ratio(), len(again), settings.watch_interval_s,
-                        watch.fastest() * 1e3, watch.fastest() * watch.slowest_ratio() * 1e3, len(watch.readings))
-            first_pass = len(order)
-            run(again, again=True)
-            read_speed()
-            still = {order[k] for k in watch.suspects() if k >= first_pass}
-            ratios = []
-            for job in again:
-                pair = (job.candidate.key, job.backend)
-                if second[pair].status is Status.OK and records[pair].median_s:
-                    ratios.append((second[pair].median_s or 0.0) / records[pair].median_s)
-                kept = _second_profile(records[pair], second[pair], job in still)
-                if kept is not records[pair]:
-                    db.put(kept)
-                    records[pair] = kept
-            log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
-                     "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
-                     "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())
-    if ahead is not None:
-        ahead.release()
+    threaded = settings.compile_threads >= 2 and any(get_backend(j.backend).compiles_in_threads for j in jobs)
+    pool = ThreadPoolExecutor(settings.compile_threads, "korch-compile") if threaded else None
+    try:
+        retimed = both_passes()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if ahead is not None:
+            ahead.release()
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
         # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB
@@ -325,7 +351,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         log.warning("profile: %d kernel(s) failed for a reason of the machine, not the kernel (first: %s); "
                     "they are left out of this run's plan and profiled again next run",
                     len(transient), transient[0].reason)
-    return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, len(again),
+    return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, retimed,
                           watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0)
 
 
@@ -368,6 +394,38 @@ def _sentinel(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: Co
             return measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
                            min_seconds=settings.watch_read_seconds, before=sweep).median_s
     return read
+
+
+def _compile_window(graph: Graph, ordered: Sequence[Job], start: int, options: CompileOptions,
+                    source: OnnxSource | None, settings: ProfileSettings, pool: ThreadPoolExecutor,
+                    compiled: dict[int, Future[Kernel]]) -> int:
+    """Compile the kernels of `ordered[start:]` whose backend compiles in threads, up to
+    `compile_window` of them and `compile_window_bytes` of their constants (at least one), in
+    `pool`, into `compiled` (by position); wait for all of them, so that none compiles while a kernel
+    is timed. Returns the end of the window. Whole models are left out (compiled where timed: one
+    runs alone, with other options, and may be large), as are kernels compiled ahead."""
+    whole = len(graph.nodes)
+    taken = held = 0
+    end = start
+    while end < len(ordered) and taken < settings.compile_window:
+        job = ordered[end]
+        cand = job.candidate
+        if get_backend(job.backend).compiles_in_threads and cand.size < whole:
+            size = _constant_bytes(graph, cand)
+            if taken and held + size > settings.compile_window_bytes:
+                break
+            compiled[end] = pool.submit(compile_candidate, graph, cand, job.backend, options, source)
+            taken += 1
+            held += size
+        end += 1
+    wait(compiled[k] for k in range(start, end) if k in compiled)
+    return end
+
+
+def _constant_bytes(graph: Graph, cand: Candidate) -> int:
+    """The bytes of the constants `cand`'s primitives read."""
+    names = {v for n in cand.nodes for v in graph.nodes[n].inputs if v in graph.constants}
+    return sum(int(graph.constants[v].nbytes) for v in names)
 
 
 def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, settings: ProfileSettings,
@@ -420,10 +478,12 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
 def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions, threads: int,
                  machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float,
                  seconds: dict[str, float] | None = None, sweep: CacheSweep | None = None,
-                 keep: KeepKernel | None = None, saved: Path | None = None) -> Record:
+                 keep: KeepKernel | None = None, saved: Path | None = None,
+                 compiled: Future[Kernel] | None = None) -> Record:
     """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
     kernel other than the whole model (ProfileSettings.cold_cache). `saved`: the kernel, compiled
-    ahead (profile/ahead.py), to load instead of compiling."""
+    ahead (profile/ahead.py), to load instead of compiling. `compiled`: its compile, done in a thread
+    (`_compile_window`): its kernel, or the error it raised, as if compiled here."""
     backend = get_backend(job.backend)
     cand = job.candidate
     seconds = {} if seconds is None else seconds
@@ -449,6 +509,8 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         options = replace(options, runs_alone=True)
     try:
         kernel = _load(backend, saved, sub, options) if saved is not None else None
+        if kernel is None and compiled is not None:
+            kernel = compiled.result()
         if kernel is None:
             kernel = compile_candidate(graph, cand, job.backend, options, source)
         inputs = [np.asarray(env[i], order="C") for i in cand.inputs]   # (ascontiguousarray makes 0-d 1-d)
