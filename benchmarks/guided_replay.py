@@ -2,6 +2,7 @@
 optimism, and how far its split plan is from the one profiling everything finds, without noise.
 
     python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200]
+        [--relax no|yes|both]
 
 DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
 into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
@@ -31,11 +32,12 @@ from korch.profile.boundaries import boundary_model  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, Rejection, Status, machine_fingerprint  # noqa: E402
 from korch.profile.guided import _calibration_sample, _options, _predicted_costs, _scale, solve_until_stable  # noqa: E402
 from korch.profile.profiler import accepted, record_version  # noqa: E402
-from korch.select.blp import SelectionError, solve  # noqa: E402
+from korch.select.blp import SelectionError, relaxed_support, solve  # noqa: E402
 from korch.settings import OptimizeSettings  # noqa: E402
 
 
-def replay(model: str, cache: Path, threads: int, optimisms: list[float], batches: list[int] | None = None) -> None:
+def replay(model: str, cache: Path, threads: int, optimisms: list[float], batches: list[int] | None = None,
+           relaxes: tuple[bool, ...] = (False,)) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
     machine = machine_fingerprint()
@@ -81,12 +83,18 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         return solve(options, graph.inputs, graph.outputs, required=range(whole),
                      time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
 
+    def relax(options):
+        return relaxed_support(options, graph.inputs, graph.outputs, required=range(whole),
+                               time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+
     best = solve_split(_options(run_pools, usable_all, {}, {}, whole)[0]).cost
     print(f"{model}: {len(legal)} legal guided pairs ({missing} without a stored record, left out); "
           f"exhaustive split optimum {best * 1e3:.3f} ms")
-    print("| optimism | batch | rounds | stable | measured / legal | solver s | split plan kept ms | regret (predicted) |")
-    print("|---:|---:|---:|---|---:|---:|---:|---:|")
-    for optimism, batch in ((o, b) for o in optimisms for b in (batches or [ps.guide_batch])):
+    print("| optimism | batch | LP first | rounds | stable | measured / legal | solver s | split plan kept ms | "
+          "regret (predicted) |")
+    print("|---:|---:|---|---:|---|---:|---:|---:|---:|")
+    for optimism, batch, relaxed in ((o, b, r) for o in optimisms for b in (batches or [ps.guide_batch])
+                                     for r in relaxes):
         pending = dict(legal)
         usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
         sample = _calibration_sample(pending, models, ps.guide_sample, settings.seed)
@@ -111,14 +119,14 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         t0 = time.perf_counter()
         rounds, stable = solve_until_stable(run_pools, usable, pending, optimistic, whole,
                                             lambda options: solve_split(options).chosen, measure,
-                                            ps.guide_rounds, batch)
+                                            ps.guide_rounds, batch, relax if relaxed else None)
         seconds = time.perf_counter() - t0
         try:
             kept = solve_split(_options(run_pools, usable, {}, {}, whole)[0]).cost
             kept_text, regret = f"{kept * 1e3:.3f}", f"{kept / best - 1:+.2%}"
         except SelectionError:
             kept_text, regret = "none", "-"
-        print(f"| {optimism:g} | {batch} | {rounds} | {'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
+        print(f"| {optimism:g} | {batch} | {'yes' if relaxed else 'no'} | {rounds} | {'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
               f"({asked / max(1, len(legal)):.0%}) | {seconds:.0f} | {kept_text} | {regret} |", flush=True)
 
 
@@ -129,9 +137,12 @@ def main() -> None:
     parser.add_argument("--optimism", type=float, nargs="+", default=[0.5, 0.8, 1.0])
     parser.add_argument("--batch", type=int, nargs="+", default=None,
                         help="guide_batch values to replay (default: ProfileSettings.guide_batch)")
+    parser.add_argument("--relax", choices=["no", "yes", "both"], default="no",
+                        help="each round measures the LP relaxation's support first (solve_until_stable's relax)")
     parser.add_argument("model")
     args = parser.parse_args()
-    replay(args.model, args.cache, args.threads, args.optimism, args.batch)
+    relaxes = {"no": (False,), "yes": (True,), "both": (False, True)}[args.relax]
+    replay(args.model, args.cache, args.threads, args.optimism, args.batch, relaxes)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ profiles (korch/costmodel) is profiled instead by solving:
    times `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below.
 3. The BLP (with boundary costs, without the whole-model kernels, as measured selection solves for
    the best split plan) is solved over measured and optimistic costs. The pairs it chooses that are
-   not measured yet are measured, and it is solved again.
+   not measured yet are measured, and it is solved again. A round first solves the LP relaxation
+   alone and measures the unmeasured pairs it leans on; only when it leans on none is the BLP
+   solved exactly (replayed over yolox-nano's profiles: 10 s of solves instead of 31, the same
+   plan; benchmarks/guided_replay.py --relax both).
 4. When a solve chooses only measured kernels, no unmeasured kernel could lower the plan even at its
    optimistic cost: the measured optimum is stable, and the rest is never compiled. The problem is
    remembered as finished, so a warm optimize reads the same records and solves nothing (a cost
@@ -41,7 +44,7 @@ from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.profile.database import ProfileDB, Record, Rejection
 from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
-from korch.select.blp import Option, SelectionError, solve
+from korch.select.blp import Option, SelectionError, relaxed_support, solve
 from korch.settings import OptimizeSettings
 from korch.version import code_version
 
@@ -142,8 +145,12 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         return solve(options, graph.inputs, graph.outputs, required=range(whole),
                      time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
 
+    def relax(options: list[Option]) -> Sequence[Option]:
+        return relaxed_support(options, graph.inputs, graph.outputs, required=range(whole),
+                               time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+
     rounds, stable = solve_until_stable(pools, usable, pending, optimistic, whole, solve_split, measure,
-                                        ps.guide_rounds, ps.guide_batch)
+                                        ps.guide_rounds, ps.guide_batch, relax)
     if stable:
         db.put_guided_done(problem)
     else:
@@ -160,7 +167,8 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
                        pending: dict[tuple[str, str], Candidate], optimistic: Mapping[tuple[str, str], float],
                        whole: int, solve_split: Callable[[list[Option]], Sequence[Option]],
                        measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
-                       max_rounds: int, batch_size: int = 1) -> tuple[int, bool]:
+                       max_rounds: int, batch_size: int = 1,
+                       relax: Callable[[list[Option]], Sequence[Option]] | None = None) -> tuple[int, bool]:
     """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -168,17 +176,22 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
     kernels over the same primitives with the lowest optimistic cost per primitive: the ones the next
     solve would otherwise turn to, one solve (seconds on a zoo model) per few kernels.
     If every optimistic cost is at most the kernel's measured cost, the last solve's choice is the
-    optimum over all measured costs: a cheaper choice would have been chosen at its lower costs."""
+    optimum over all measured costs: a cheaper choice would have been chosen at its lower costs.
+
+    `relax` (the support of the LP relaxation, blp.relaxed_support): a round first measures the
+    pending kernels it leans on, and solves exactly (`solve_split`) only once it leans on none; the
+    loop still ends only when an exact solve chooses measured kernels alone."""
     rounds = 0
     while rounds < max_rounds:
         rounds += 1
         options, pairs = _options(pools, costs, pending, optimistic, whole)
         try:
-            chosen = solve_split(options)
+            fresh = _pending_in(relax(options), pairs, pending) if relax is not None else []
+            if not fresh:
+                fresh = _pending_in(solve_split(options), pairs, pending)
         except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
             log.info("guided profiling: no split plan to guide by (%s)", e)
             return rounds, True
-        fresh = list(dict.fromkeys(pairs[o.key] for o in chosen if pairs[o.key] in pending))
         if not fresh:
             return rounds, True
         # fill the batch with the kernels that compete with the chosen ones most directly: pending
@@ -194,6 +207,11 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
                  ", ".join(f"{n} {len(c)}" for n, c in want.items()))
         measure(want)
     return rounds, False
+
+
+def _pending_in(chosen: Sequence[Option], pairs: Mapping[str, tuple[str, str]],
+                pending: Mapping[tuple[str, str], Candidate]) -> list[tuple[str, str]]:
+    return list(dict.fromkeys(pairs[o.key] for o in chosen if pairs[o.key] in pending))
 
 
 def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, settings: OptimizeSettings,

@@ -320,20 +320,13 @@ def usable(options: Sequence[Option], free: set[str]) -> list[Option]:
         kept = still
 
 
-def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
-          required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
-          boundary: BoundaryCost | None = None) -> Selection:
-    """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`, in
-    some order (cycle cuts, module doc).
-
-    `required`: primitives every plan computes (all ancestors of the outputs); they add the cover
-    cuts, which need `Option.nodes`. `time_limit` covers every solve, re-solves after cuts included.
-    `boundary`: what a tensor costs crossing from a kernel of one engine to one of another (module
-    doc); it needs `Option.engine`. The selection's cost includes it.
-    """
+def _formulate(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
+               required: Iterable[int], boundary: BoundaryCost | None):
+    """The BLP of `solve` as arrays: (usable options, free values, crossings, cost, integrality,
+    matrix, lower), with min cost.x subject to matrix x >= lower; None if no option is needed.
+    Raises SelectionError if an output cannot be computed."""
     from scipy import sparse
 
-    start = time.perf_counter()
     free = set(graph_inputs)
     graph_outputs = list(graph_outputs)
     kept = usable(options, free)
@@ -349,7 +342,7 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
     options = kept
     matrix, lower = _problem(options, free, graph_outputs, required)    # raises if an output has no producer
     if not options:
-        return Selection((), 0.0, 0.0, time.perf_counter() - start, True)
+        return None
     crossings = _crossings(options, free, boundary)
     n, m = len(options), len(crossings.cost)
     # Costs are seconds (~1e-6); scaled to microseconds so the solver's absolute tolerances mean little.
@@ -364,6 +357,46 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
         matrix = sparse.vstack([sparse.hstack([matrix, sparse.csr_array((matrix.shape[0], m))]), links]).tocsr()
         lower = np.concatenate([lower, -np.ones(m)])
     integrality = np.concatenate([np.ones(n), np.zeros(m)])
+    return options, free, crossings, cost, integrality, matrix, lower
+
+
+def relaxed_support(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
+                    required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
+                    boundary: BoundaryCost | None = None) -> tuple[Option, ...]:
+    """The options with a positive value in an optimum of `solve`'s LP relaxation (no cycle cuts): the
+    ones an exact solve leans on, found in a fraction of its time (guided profiling measures them)."""
+    from scipy.optimize import linprog
+
+    problem = _formulate(options, graph_inputs, graph_outputs, required, boundary)
+    if problem is None:
+        return ()
+    options, _, _, cost, _, matrix, lower = problem
+    lp = linprog(cost, A_ub=-matrix, b_ub=-lower, bounds=(0, 1), method="highs-ds",
+                 options={"time_limit": time_limit})
+    if lp.status == 2:
+        raise SelectionError(f"the solver found no feasible selection: {lp.message}")
+    if lp.status != 0 or lp.x is None:
+        raise SelectionError(f"the LP relaxation was not solved: {lp.message}")
+    return tuple(o for o, x in zip(options, lp.x) if x > _INTEGRAL)
+
+
+def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
+          required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
+          boundary: BoundaryCost | None = None) -> Selection:
+    """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`, in
+    some order (cycle cuts, module doc).
+
+    `required`: primitives every plan computes (all ancestors of the outputs); they add the cover
+    cuts, which need `Option.nodes`. `time_limit` covers every solve, re-solves after cuts included.
+    `boundary`: what a tensor costs crossing from a kernel of one engine to one of another (module
+    doc); it needs `Option.engine`. The selection's cost includes it.
+    """
+    start = time.perf_counter()
+    problem = _formulate(options, graph_inputs, graph_outputs, required, boundary)
+    if problem is None:
+        return Selection((), 0.0, 0.0, time.perf_counter() - start, True)
+    options, free, crossings, cost, integrality, matrix, lower = problem
+    n, m = len(options), len(crossings.cost)
     producers = _producers(options)
     cuts: list[_CycleCut] = []
     resolves = 0
