@@ -145,7 +145,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         return solve(options, graph.inputs, graph.outputs, required=range(whole),
                      time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
 
-    def relax(options: list[Option]) -> Sequence[Option]:
+    def relax(options: list[Option]) -> Sequence[Option] | None:
         return relaxed_support(options, graph.inputs, graph.outputs, required=range(whole),
                                time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
 
@@ -168,7 +168,8 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
                        whole: int, solve_split: Callable[[list[Option]], Sequence[Option]],
                        measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
                        max_rounds: int, batch_size: int = 1,
-                       relax: Callable[[list[Option]], Sequence[Option]] | None = None) -> tuple[int, bool]:
+                       relax: Callable[[list[Option]], Sequence[Option] | None] | None = None
+                       ) -> tuple[int, bool]:
     """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -179,14 +180,16 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
     optimum over all measured costs: a cheaper choice would have been chosen at its lower costs.
 
     `relax` (the support of the LP relaxation, blp.relaxed_support): a round first measures the
-    pending kernels it leans on, and solves exactly (`solve_split`) only once it leans on none; the
-    loop still ends only when an exact solve chooses measured kernels alone."""
+    pending kernels it leans on, and solves exactly (`solve_split`) only once it leans on none (or
+    the LP was not solved: None); the loop still ends only when an exact solve chooses measured
+    kernels alone."""
     rounds = 0
     while rounds < max_rounds:
         rounds += 1
         options, pairs = _options(pools, costs, pending, optimistic, whole)
         try:
-            fresh = _pending_in(relax(options), pairs, pending) if relax is not None else []
+            support = relax(options) if relax is not None else None
+            fresh = _pending_in(support, pairs, pending) if support is not None else []
             if not fresh:
                 fresh = _pending_in(solve_split(options), pairs, pending)
         except SelectionError as e:       # no split plan at all: measured selection keeps a whole model

@@ -362,9 +362,10 @@ def _formulate(options: Sequence[Option], graph_inputs: Iterable[str], graph_out
 
 def relaxed_support(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
                     required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
-                    boundary: BoundaryCost | None = None) -> tuple[Option, ...]:
+                    boundary: BoundaryCost | None = None) -> tuple[Option, ...] | None:
     """The options with a positive value in an optimum of `solve`'s LP relaxation (no cycle cuts): the
-    ones an exact solve leans on, found in a fraction of its time (guided profiling measures them)."""
+    ones an exact solve leans on, found in a fraction of its time (guided profiling measures them).
+    None if the LP was not solved (time limit, numerical trouble); raises if nothing is feasible."""
     from scipy.optimize import linprog
 
     problem = _formulate(options, graph_inputs, graph_outputs, required, boundary)
@@ -376,7 +377,8 @@ def relaxed_support(options: Sequence[Option], graph_inputs: Iterable[str], grap
     if lp.status == 2:
         raise SelectionError(f"the solver found no feasible selection: {lp.message}")
     if lp.status != 0 or lp.x is None:
-        raise SelectionError(f"the LP relaxation was not solved: {lp.message}")
+        log.info("BLP: the LP relaxation was not solved (%s)", lp.message)
+        return None
     return tuple(o for o, x in zip(options, lp.x) if x > _INTEGRAL)
 
 

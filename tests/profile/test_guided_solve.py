@@ -40,6 +40,7 @@ def test_lower_bounds_lead_to_the_exhaustive_optimum(seed: int, relaxed: bool) -
 
     def relax(options):
         support = relaxed_support(options, graph.inputs, graph.outputs, required=range(len(graph.nodes)))
+        assert support is not None
         made = {t for o in support for t in o.outputs}
         assert set(graph.outputs) <= made          # a fractional cover still covers every output
         return support
