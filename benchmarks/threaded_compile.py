@@ -13,6 +13,9 @@ Two measurements, each alternating the ways `--rounds` times in one process:
    the profiler's phases, and whether both accepted the same kernels.
 
 `--cache DIR`: where the zoo model's export is cached (as `korch optimize --cache`).
+
+`--peak`: instead, profile OpenVINO's pool once each way, each in a fresh child process, and print
+each child's peak RSS (ru_maxrss): what the window of compiled kernels adds to profiling's memory.
 """
 
 from __future__ import annotations
@@ -41,7 +44,22 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--sample", type=int, default=120)
+    parser.add_argument("--peak", action="store_true", help="peak RSS of profiling the pool, each way in a child")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.peak:
+        import subprocess
+        print(f"{args.model}: OpenVINO's pool profiled in a fresh child process each way")
+        print("| round | compile_threads | peak RSS MB | wall s |")
+        print("|---:|---:|---:|---:|")
+        for k in range(1, args.rounds + 1):
+            for workers in (1, 2):
+                cmd = [sys.executable, __file__, args.model, "--threads", str(args.threads), "--child", str(workers)]
+                if args.cache is not None:
+                    cmd += ["--cache", str(args.cache)]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+                print(f"| {k} | {workers} | {float(out[-2]):,.0f} | {float(out[-1]):.1f} |", flush=True)
+        return
 
     from korch.backends import CompileOptions
     from korch.frontend.regions import OnnxSource
@@ -57,6 +75,16 @@ def main() -> None:
     cands = enumerate_all(graph, settings)
     whole = len(graph.nodes)
     options = CompileOptions(threads=args.threads)
+    regions = [c for c in {c.key: c for c in cands.regions}.values() if c.size < whole]
+    if args.child is not None:                  # --peak's child: one profile, then its peak RSS (MB) and wall
+        ps = replace(settings.profile, compile_threads=args.child, watch_interval_s=None)
+        with tempfile.TemporaryDirectory() as tmp, ProfileDB(Path(tmp) / "p.sqlite") as db:
+            t0 = time.perf_counter()
+            profile(graph, {"openvino": regions}, db, args.threads, machine_fingerprint(), ps,
+                    settings.accuracy, settings.seed, source=source)
+            wall = time.perf_counter() - t0
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, wall)
+        return
 
     print(f"{args.model}: compiles alone, {args.sample} candidates per backend, {args.threads} threads per kernel")
     print("| backend | kernels | round | one at a time: wall s | CPU s | two threads: wall s | CPU s | ratio |")
@@ -83,7 +111,6 @@ def main() -> None:
             print(f"| {name} | {len(sample)} | {k} | {w1:.2f} | {c1:.2f} | {w2:.2f} | {c2:.2f} | {w2 / w1:.2f} |",
                   flush=True)
 
-    regions = [c for c in {c.key: c for c in cands.regions}.values() if c.size < whole]
     print(f"\n{args.model}: OpenVINO's pool profiled ({len(regions)} regions), fresh database each time")
     print("| round | compile_threads | wall s | openvino compile s | compile in threads s | openvino timing s | accepted |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
