@@ -403,7 +403,8 @@ def _compile_window(graph: Graph, ordered: Sequence[Job], start: int, options: C
     `compile_window` of them and `compile_window_bytes` of their constants (at least one), in
     `pool`, into `compiled` (by position); wait for all of them, so that none compiles while a kernel
     is timed. Returns the end of the window. Whole models are left out (compiled where timed: one
-    runs alone, with other options, and may be large), as are kernels compiled ahead."""
+    runs alone, with other options, and may be large). (No backend both compiles in threads and
+    compiles ahead: Inductor's kernels are compiled ahead, OpenVINO's in threads.)"""
     whole = len(graph.nodes)
     taken = held = 0
     end = start
@@ -411,7 +412,7 @@ def _compile_window(graph: Graph, ordered: Sequence[Job], start: int, options: C
         job = ordered[end]
         cand = job.candidate
         if get_backend(job.backend).compiles_in_threads and cand.size < whole:
-            size = _constant_bytes(graph, cand)
+            size = constant_bytes(extract_subgraph(graph, cand))
             if taken and held + size > settings.compile_window_bytes:
                 break
             compiled[end] = pool.submit(compile_candidate, graph, cand, job.backend, options, source)
@@ -421,11 +422,6 @@ def _compile_window(graph: Graph, ordered: Sequence[Job], start: int, options: C
     wait(compiled[k] for k in range(start, end) if k in compiled)
     return end
 
-
-def _constant_bytes(graph: Graph, cand: Candidate) -> int:
-    """The bytes of the constants `cand`'s primitives read."""
-    names = {v for n in cand.nodes for v in graph.nodes[n].inputs if v in graph.constants}
-    return sum(int(graph.constants[v].nbytes) for v in names)
 
 
 def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, settings: ProfileSettings,
