@@ -43,6 +43,7 @@ class ProfileSettings:
     # profile records' key, so records timed one way are never read as the other.
     cold_cache: bool = True
     # Inductor compiles cost ~1.3 s each: this many unique small candidates keeps a cold optimize in minutes.
+    # Chosen after the other backends are profiled, by the time they leave above a floor (profile/prune.py).
     inductor_budget: int = 40
     # Regions compiled by Inductor take seconds to a minute each: the largest few, the whole graph first.
     inductor_region_budget: int = 4

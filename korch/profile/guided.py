@@ -35,7 +35,7 @@ import logging
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from korch.backends import get_backend
 from korch.candidates import Candidate, extract_subgraph
@@ -117,22 +117,16 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         del pending[(r.candidate_key, r.backend)]
     legal = len(pending)
     predicted = _predicted_costs(graph, pending, models, settings)
-    measured, seconds = outcome.measured, dict(outcome.seconds)
-    retimed, slowest, ahead = outcome.retimed, outcome.slowest, outcome.ahead
     usable = {pair: r.median_s for pair, r in records.items() if accepted(r, outcome.tolerance) and r.median_s}
+    got = outcome
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
-        nonlocal measured, retimed, slowest, ahead
+        nonlocal got
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
+        got = got.merged(more)
         records.update(more.records)
-        retimed += more.retimed
-        ahead += more.ahead
-        slowest = max((x for x in (slowest, more.slowest) if x is not None), default=None)
         usable.update({pair: r.median_s for pair, r in more.records.items()
                        if accepted(r, outcome.tolerance) and r.median_s})
-        measured += more.measured
-        for phase, sec in more.seconds.items():
-            seconds[phase] = seconds.get(phase, 0.0) + sec
 
     sample = _calibration_sample(pending, models, ps.guide_sample, settings.seed)
     measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in sample.items() if pairs})
@@ -158,9 +152,28 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                     "raise ProfileSettings.guide_rounds for an exact answer", rounds)
     log.info("guided profiling: %d of %d legal unmeasured pairs measured in %d round(s); %d never compiled",
              legal - len(pending), legal, rounds, len(pending))
-    merged = ProfileOutcome(records, measured + len(illegal), outcome.stored, outcome.tolerance, outcome.fp32_error,
-                            seconds, retimed, slowest, ahead)
+    merged = replace(got, records=records, measured=got.measured + len(illegal))
     return merged, GuideStats(tuple(sorted(models)), rounds, len(pending), stable)
+
+
+def profiled_last(settings: OptimizeSettings) -> tuple[str, ...]:
+    """The backends profiled after all others: those whose compiles are slow (Inductor, compiled
+    ahead in worker processes) and that are not guided, so that their budget can be chosen by what
+    the others' profiles leave on the table (prune.headroom_budget)."""
+    ps = settings.profile
+    return tuple(name for name in settings.backends
+                 if get_backend(name).compiles_ahead and not (ps.guided and name in ps.guided_backends))
+
+
+def profile_last(graph: Graph, pools: Mapping[str, Sequence[Candidate]], outcome: ProfileOutcome, db: ProfileDB,
+                 settings: OptimizeSettings, machine: str, source: OnnxSource | None,
+                 progress: Progress | None = None, keep: KeepKernel | None = None) -> ProfileOutcome:
+    """`outcome` (the other backends' profiles) and the profiles of `pools`, taken after them at the
+    same tolerance. Their kernels join the measured selection; guided profiling of the others did
+    not see them (a guided solve treats a backend it does not know as absent)."""
+    if not any(pools.values()):
+        return outcome
+    return outcome.merged(_profile(graph, pools, db, settings, machine, source, progress, outcome.fp32_error, keep))
 
 
 def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[tuple[str, str], float],

@@ -91,6 +91,17 @@ class ProfileOutcome:
     slowest: float | None = None  # the machine's slowest speed reading over its fastest (None: not watched)
     ahead: int = 0                # kernels compiled ahead in worker processes and loaded (profile/ahead.py)
 
+    def merged(self, more: ProfileOutcome) -> ProfileOutcome:
+        """This outcome and `more`, a later profile of other pairs at the same tolerance: their records,
+        counts and seconds by phase together."""
+        seconds = dict(self.seconds)
+        for phase, sec in more.seconds.items():
+            seconds[phase] = seconds.get(phase, 0.0) + sec
+        slowest = max((x for x in (self.slowest, more.slowest) if x is not None), default=None)
+        return ProfileOutcome({**self.records, **more.records}, self.measured + more.measured,
+                              self.stored + more.stored, self.tolerance, self.fp32_error, seconds,
+                              self.retimed + more.retimed, slowest, self.ahead + more.ahead)
+
 
 def accepted(record: Record, tolerance: float) -> bool:
     """A kernel usable in a plan: timed, and within `tolerance` of the reference."""
