@@ -3,11 +3,12 @@
     python benchmarks/inductor_headroom.py MODEL --records DB [--threads 2] [--cache DIR] [--budget 40]
 
 Inductor, the backend that generates fused code, compiles a budget of small candidates (its
-compiles take seconds). Today (prune.worth_profiling) the budget takes every linear primitive alone
-first, then fused candidates by the intermediate bytes they keep out of memory. The alternative
-(prune.by_headroom) ranks fused candidates by what the engines profiled before it leave on the
-table: the best time measured for the candidate minus a floor under any kernel of it (its linear
-primitives at their best measured single time, its inputs and outputs moved once at bandwidth).
+compiles take seconds). Before commit 171ee40 (prune.worth_profiling) the budget took every linear
+primitive alone first, then fused candidates by the intermediate bytes they keep out of memory. The
+alternative here (`by_headroom`, in korch at 171ee40 only) ranks fused candidates by what the engines
+profiled before it leave on the table: the best time measured for the same candidate minus a floor
+under any kernel of it (prune.floor_seconds: its linear primitives at their best measured single
+time, its inputs and outputs moved once at bandwidth).
 
 `--records DB`: a profile database that already holds MODEL's onnxruntime and OpenVINO profiles at
 `--threads` on this machine (a cold `korch optimize`'s cache). Both budgets are profiled on Inductor
@@ -30,6 +31,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+def by_headroom(graph, candidates, best, single, bytes_per_s, budget):
+    """At most `budget` unique keys of fused candidates with a measured time (`best`, by key), by that
+    time minus prune.floor_seconds; those with no headroom are left out."""
+    from korch.profile.prune import floor_seconds
+
+    unique = {}
+    for c in candidates:
+        unique.setdefault(c.key, c)
+    room = {key: best[key] - floor_seconds(graph, c, single, bytes_per_s)
+            for key, c in unique.items() if c.size > 1 and key in best}
+    chosen = {key for key in sorted(room, key=lambda k: -room[k])[:budget] if room[key] > 0}
+    return [c for c in candidates if c.key in chosen]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model")
@@ -47,7 +62,7 @@ def main() -> None:
     from korch.pipeline import enumerate_all, run_fission
     from korch.profile.database import ProfileDB, Status, machine_fingerprint
     from korch.profile.profiler import accepted, profile, record_version
-    from korch.profile.prune import by_headroom, floor_seconds, worth_profiling
+    from korch.profile.prune import floor_seconds, worth_profiling
     from korch.settings import OptimizeSettings
 
     settings = OptimizeSettings(threads=args.threads)

@@ -14,7 +14,6 @@ import onnx
 from korch.backends import get_backend
 from korch.candidates import Candidate, enumerate_candidates, opaque_regions, region_candidates
 from korch.costmodel.features import FEATURES_VERSION, features_by_key
-from korch.costmodel.model import MachinePeaks
 from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
@@ -29,7 +28,7 @@ from korch.profile.boundaries import boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile, profile_last, profiled_last
 from korch.profile.profiler import ProfileOutcome, Progress, accepted
-from korch.profile.prune import headroom_budget, worth_profiling
+from korch.profile.prune import worth_profiling
 from korch.runtime import Session, compile_plan
 from korch.select import Option
 from korch.select.coverage import require_cover
@@ -172,11 +171,12 @@ def require_onnx_engine(graph: Graph, backends: Sequence[str]) -> None:
 
 def profile_pools(graph: Graph, cands: CandidateSet, settings: OptimizeSettings) -> dict[str, list[Candidate]]:
     """The candidates each backend is profiled on: everything, except where compiles are expensive
-    (Inductor: a budget, `budget_pool`) or an engine is at its best on large pieces (OpenVINO: regions only)."""
+    (Inductor: a budget) or an engine is at its best on large pieces (OpenVINO: regions only)."""
     pools = {}
     for name in settings.backends:
-        if name == "inductor":
-            pools[name] = budget_pool(graph, cands, settings)
+        if name == "inductor":         # (profiled last unless guided: see optimize)
+            pools[name] = worth_profiling(graph, cands.small, settings.profile.inductor_budget) + \
+                largest_regions(cands, settings)
         elif name == "openvino":
             pools[name] = list(cands.regions)
         else:
@@ -184,18 +184,9 @@ def profile_pools(graph: Graph, cands: CandidateSet, settings: OptimizeSettings)
     return pools
 
 
-def budget_pool(graph: Graph, cands: CandidateSet, settings: OptimizeSettings,
-                profiled: ProfileOutcome | None = None) -> list[Candidate]:
-    """Inductor's pool: its `inductor_budget` of small candidates and its `inductor_region_budget`
-    largest regions. With the other backends' profiles (`profiled`), the budget goes to the fused
-    candidates where those leave the most time (prune.headroom_budget); without, by bytes saved."""
-    ps = settings.profile
-    largest = sorted(cands.regions, key=lambda c: -c.size)[: ps.inductor_region_budget]
-    if profiled is None:
-        return worth_profiling(graph, cands.small, ps.inductor_budget) + largest
-    bandwidth = MachinePeaks.measure().bytes_per_s
-    return headroom_budget(graph, cands.small, profiled.records, profiled.tolerance, ps.inductor_budget,
-                           bandwidth) + largest
+def largest_regions(cands: CandidateSet, settings: OptimizeSettings) -> list[Candidate]:
+    """The regions Inductor compiles: its `inductor_region_budget` largest, the whole model first."""
+    return sorted(cands.regions, key=lambda c: -c.size)[: settings.profile.inductor_region_budget]
 
 
 def model_label(source: str | os.PathLike | onnx.ModelProto) -> str:
@@ -277,12 +268,15 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     weights = graph.constants_digest()
     kept_for_s = settings.kept_kernel_days * 86400
     keep = keep_whole_model(db.path.parent, machine, weights, settings.threads, kept_for_s)
-    last = profiled_last(settings)        # Inductor: its budget chosen from the others' profiles
-    profiled, guide = guided_profile(graph, {n: p for n, p in pools.items() if n not in last}, universe, db,
-                                     settings, machine, onnx_source,
-                                     lambda p, c, v: boundaries.cost(p, c, graph.types[v]), progress, keep)
-    profiled = profile_last(graph, {n: budget_pool(graph, cands, settings, profiled) for n in last}, profiled, db,
-                            settings, machine, onnx_source, progress, keep)
+
+    def boundary(producer: str, consumer: str, value: str) -> float:
+        return boundaries.cost(producer, consumer, graph.types[value])
+    last = profiled_last(settings)        # Inductor: what it compiles is solved for over the others' profiles
+    first = {n: p for n, p in pools.items() if n not in last}
+    profiled, guide = guided_profile(graph, first, universe, db, settings, machine, onnx_source, boundary, progress,
+                                     keep)
+    profiled = profile_last(graph, {n: largest_regions(cands, settings) for n in last}, cands.small, profiled, first,
+                            db, settings, machine, onnx_source, boundary, progress, keep)
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)

@@ -39,11 +39,13 @@ from dataclasses import dataclass, replace
 
 from korch.backends import get_backend
 from korch.candidates import Candidate, extract_subgraph
-from korch.costmodel import features_by_key, load_or_train
+from korch.costmodel import MachinePeaks, features_by_key, load_or_train
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
+from korch.ir.ops import PrimClass
 from korch.profile.database import ProfileDB, Record, Rejection
 from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
+from korch.profile.prune import best_times, floor_seconds
 from korch.select.blp import Option, SelectionError, relaxed_support, solve
 from korch.settings import OptimizeSettings
 from korch.version import code_version
@@ -135,14 +137,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
              ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale)))
     optimistic = {pair: predicted[pair] * scale[pair[1]] * ps.guide_optimism for pair in pending}
 
-    def solve_split(options: list[Option]) -> Sequence[Option]:
-        return solve(options, graph.inputs, graph.outputs, required=range(whole),
-                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
-
-    def relax(options: list[Option]) -> Sequence[Option] | None:
-        return relaxed_support(options, graph.inputs, graph.outputs, required=range(whole),
-                               time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
-
+    solve_split, relax = _solvers(graph, settings, boundary)
     rounds, stable = solve_until_stable(pools, usable, pending, optimistic, whole, solve_split, measure,
                                         ps.guide_rounds, ps.guide_batch, relax)
     if stable:
@@ -158,22 +153,91 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
 
 def profiled_last(settings: OptimizeSettings) -> tuple[str, ...]:
     """The backends profiled after all others: those whose compiles are slow (Inductor, compiled
-    ahead in worker processes) and that are not guided, so that their budget can be chosen by what
-    the others' profiles leave on the table (prune.headroom_budget)."""
+    ahead in worker processes) and that are not guided by a cost model, so that the kernels they
+    compile are chosen by solving over the others' profiles (`profile_last`)."""
     ps = settings.profile
     return tuple(name for name in settings.backends
                  if get_backend(name).compiles_ahead and not (ps.guided and name in ps.guided_backends))
 
 
-def profile_last(graph: Graph, pools: Mapping[str, Sequence[Candidate]], outcome: ProfileOutcome, db: ProfileDB,
-                 settings: OptimizeSettings, machine: str, source: OnnxSource | None,
+def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small: Sequence[Candidate],
+                 outcome: ProfileOutcome, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB,
+                 settings: OptimizeSettings, machine: str, source: OnnxSource | None, boundary: BoundaryFn,
                  progress: Progress | None = None, keep: KeepKernel | None = None) -> ProfileOutcome:
-    """`outcome` (the other backends' profiles) and the profiles of `pools`, taken after them at the
-    same tolerance. Their kernels join the measured selection; guided profiling of the others did
-    not see them (a guided solve treats a backend it does not know as absent)."""
-    if not any(pools.values()):
+    """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
+    `regions` (name -> the regions it compiles: Inductor's largest), taken after them.
+
+    Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
+    at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
+    alone, its tensors in and out moved once at bandwidth): a round measures the fused kernels the
+    split-plan BLP (or its LP relaxation) would choose at those floors, and their rivals, up to
+    `inductor_batch`; rounds go on until a solve chooses only measured kernels (no other kernel of
+    these backends could then lower the plan, if the floors hold) or `inductor_budget` kernels were
+    measured. A linear primitive alone is not a candidate: its floor is the best time measured for
+    it, so it could at most tie. A finished problem is remembered, so a warm run measures nothing."""
+    if not regions:
         return outcome
-    return outcome.merged(_profile(graph, pools, db, settings, machine, source, progress, outcome.fp32_error, keep))
+    ps = settings.profile
+    whole = len(graph.nodes)
+    unique = list({c.key: c for c in small}.values())
+    first: dict[str, list[Candidate]] = {}
+    for name, own in regions.items():
+        stored = db.get_many([c.key for c in unique], name, record_version(get_backend(name), ps), settings.threads,
+                             machine)
+        first[name] = list(own) + [c for c in unique if c.key in stored]
+    got = outcome.merged(_profile(graph, first, db, settings, machine, source, progress, outcome.fp32_error, keep))
+    everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
+    problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
+                             + _problem_key(everything, {}, settings, machine).encode()).hexdigest()
+    if db.guided_done(problem):
+        return got
+    records = dict(got.records)
+    pending = {(c.key, name): c for name in regions for c in unique
+               if (c.key, name) not in records
+               and not (c.size == 1 and graph.nodes[c.nodes[0]].klass == PrimClass.LINEAR)}
+    illegal = _refusals(graph, pending, settings, machine)
+    db.put_many(illegal)
+    for r in illegal:
+        records[(r.candidate_key, r.backend)] = r
+        del pending[(r.candidate_key, r.backend)]
+    best = best_times(unique, records, got.tolerance)
+    single = {c.nodes[0]: best[c.key] for c in unique if c.size == 1 and c.key in best}
+    bandwidth = MachinePeaks.measure().bytes_per_s
+    floors = {pair: floor_seconds(graph, c, single, bandwidth) for pair, c in pending.items()}
+    usable = {pair: r.median_s for pair, r in records.items() if accepted(r, got.tolerance) and r.median_s}
+    legal = len(pending)
+
+    def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
+        nonlocal got
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
+        got = got.merged(more)
+        records.update(more.records)
+        usable.update({pair: r.median_s for pair, r in more.records.items()
+                       if accepted(r, got.tolerance) and r.median_s})
+
+    solve_split, relax = _solvers(graph, settings, boundary)
+    rounds, stable = solve_until_stable(everything, usable, pending, floors, whole, solve_split, measure,
+                                        ps.guide_rounds, ps.inductor_batch, relax, ps.inductor_budget)
+    db.put_guided_done(problem)
+    log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
+             ", ".join(regions), legal - len(pending), legal, rounds,
+             "stable: no other could lower the plan" if stable else f"the budget of {ps.inductor_budget} spent")
+    return replace(got, records=records, measured=got.measured + len(illegal))
+
+
+def _solvers(graph: Graph, settings: OptimizeSettings, boundary: BoundaryFn
+             ) -> tuple[Callable[[list[Option]], Sequence[Option]], Callable[[list[Option]], Sequence[Option] | None]]:
+    """The split-plan BLP (every primitive covered, no whole model) and its LP relaxation's support."""
+    whole = len(graph.nodes)
+
+    def solve_split(options: list[Option]) -> Sequence[Option]:
+        return solve(options, graph.inputs, graph.outputs, required=range(whole),
+                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
+
+    def relax(options: list[Option]) -> Sequence[Option] | None:
+        return relaxed_support(options, graph.inputs, graph.outputs, required=range(whole),
+                               time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+    return solve_split, relax
 
 
 def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[tuple[str, str], float],
@@ -181,8 +245,8 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
                        whole: int, solve_split: Callable[[list[Option]], Sequence[Option]],
                        measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
                        max_rounds: int, batch_size: int = 1,
-                       relax: Callable[[list[Option]], Sequence[Option] | None] | None = None
-                       ) -> tuple[int, bool]:
+                       relax: Callable[[list[Option]], Sequence[Option] | None] | None = None,
+                       budget: int | None = None) -> tuple[int, bool]:
     """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -195,9 +259,12 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
     `relax` (the support of the LP relaxation, blp.relaxed_support): a round first measures the
     pending kernels it leans on, and solves exactly (`solve_split`) only once it leans on none (or
     the LP was not solved: None); the loop still ends only when an exact solve chooses measured
-    kernels alone."""
-    rounds = 0
-    while rounds < max_rounds:
+    kernels alone.
+
+    `budget`: at most this many pending kernels are measured in all (those a solve chose first); once
+    they are, the loop ends as if at `max_rounds`."""
+    rounds = spent = 0
+    while rounds < max_rounds and (budget is None or spent < budget):
         rounds += 1
         options, pairs = _options(pools, costs, pending, optimistic, whole)
         try:
@@ -215,12 +282,16 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
         covered = set().union(*(pending[p].nodes for p in fresh))
         rivals = sorted((p for p, c in pending.items() if p not in fresh and covered.intersection(c.nodes)),
                         key=lambda p: optimistic[p] / pending[p].size)
+        picked = fresh + rivals[:max(0, batch_size - len(fresh))]
+        if budget is not None:
+            picked = picked[:budget - spent]
+        spent += len(picked)
         want: dict[str, list[Candidate]] = {}
-        for key, name in fresh + rivals[:max(0, batch_size - len(fresh))]:
+        for key, name in picked:
             want.setdefault(name, []).append(pending.pop((key, name)))
+        chosen = min(len(fresh), len(picked))
         log.info("guided profiling, round %d: measuring %d kernel(s) the solve chose and %d rival(s) (%s)", rounds,
-                 len(fresh), sum(map(len, want.values())) - len(fresh),
-                 ", ".join(f"{n} {len(c)}" for n, c in want.items()))
+                 chosen, len(picked) - chosen, ", ".join(f"{n} {len(c)}" for n, c in want.items()))
         measure(want)
     return rounds, False
 

@@ -1,12 +1,13 @@
-"""Which candidates are worth profiling on an expensive backend: a heuristic, free to tune.
+"""Which candidates are worth profiling on an expensive backend: heuristics, free to tune.
 
-Compiling a candidate with Inductor costs about a second, so it sees a budget of them. Once the
-engines profiled before it have timed the small candidates, the budget goes to the fused ones where
-those times leave the most room (`by_headroom`): on yolox-nano, efficientvit-b1 and segformer-b0,
-7, 17 and 33 of its 40 kernels then ran faster than every engine on the same candidate, against 0,
-1 and 1 of the 40 chosen before any profile (`worth_profiling`: every linear primitive alone first,
-which Inductor calls a library for, 2-5x slower than onnxruntime here, then the fused candidates
-that keep the most intermediate bytes out of memory; benchmarks/inductor_headroom.py,
+Compiling a candidate with Inductor costs about a second, so it sees few of them. Profiled after
+the other backends (profile/guided.py: profile_last), it compiles the fused candidates a split-plan
+solve would choose if each ran at `floor_seconds`, a floor under any kernel of it built from those
+backends' profiles. Profiled with them (guided by its cost model, or before any profile exists), it
+takes `worth_profiling`: every linear primitive alone first, then the fused candidates that keep the
+most intermediate bytes out of memory. On yolox-nano, efficientvit-b1 and segformer-b0 at 2 threads,
+0, 1 and 1 of the 40 kernels that chose ran faster than onnxruntime on the same candidate: for a conv
+alone Inductor calls a library, 2-5x slower than onnxruntime's here (benchmarks/inductor_headroom.py,
 BENCHMARKS.md). Legality is not decided here.
 """
 
@@ -52,21 +53,6 @@ def floor_seconds(graph: Graph, candidate: Candidate, single: Mapping[int, float
     return max(linear, io / bytes_per_s)
 
 
-def by_headroom(graph: Graph, candidates: Sequence[Candidate], best: Mapping[str, float],
-                single: Mapping[int, float], bytes_per_s: float, budget: int) -> list[Candidate]:
-    """At most `budget` unique keys of fused candidates, by headroom: the best time measured for the
-    candidate on the engines profiled so far (`best`, by key) minus its floor (`floor_seconds`), the
-    most a generated kernel could save there. Candidates with no measured time, single primitives, and
-    those with no headroom are left out."""
-    unique: dict[str, Candidate] = {}
-    for c in candidates:
-        unique.setdefault(c.key, c)
-    room = {key: best[key] - floor_seconds(graph, c, single, bytes_per_s)
-            for key, c in unique.items() if c.size > 1 and key in best}
-    chosen = {key for key in sorted(room, key=lambda k: -room[k])[:budget] if room[key] > 0}
-    return [c for c in candidates if c.key in chosen]
-
-
 def best_times(candidates: Sequence[Candidate], records: Mapping[tuple[str, str], Record],
                tolerance: float) -> dict[str, float]:
     """The fastest accepted profile of each candidate key, over the backends in `records`."""
@@ -76,14 +62,3 @@ def best_times(candidates: Sequence[Candidate], records: Mapping[tuple[str, str]
         if key in keys and r.status is Status.OK and r.median_s and (r.error is None or r.error <= tolerance):
             best[key] = min(best.get(key, r.median_s), r.median_s)
     return best
-
-
-def headroom_budget(graph: Graph, candidates: Sequence[Candidate], records: Mapping[tuple[str, str], Record],
-                    tolerance: float, budget: int, bytes_per_s: float) -> list[Candidate]:
-    """`budget` of `candidates` by headroom over the profiles in `records` (accepted within
-    `tolerance`); by bytes saved (`worth_profiling`) when none of them has a profile."""
-    best = best_times(candidates, records, tolerance)
-    if not best:
-        return worth_profiling(graph, candidates, budget)
-    single = {c.nodes[0]: best[c.key] for c in candidates if c.size == 1 and c.key in best}
-    return by_headroom(graph, candidates, best, single, bytes_per_s, budget)

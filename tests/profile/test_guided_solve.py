@@ -59,3 +59,30 @@ def test_lower_bounds_lead_to_the_exhaustive_optimum(seed: int, relaxed: bool) -
 def _all(pools, costs):
     """Every kernel with a cost, as options (no candidate here is the whole graph)."""
     return _options(pools, costs, {}, {}, whole=-1)[0]
+
+
+@pytest.mark.parametrize("budget", [1, 2, 4])
+def test_a_budget_caps_the_kernels_measured_and_ends_unstable(budget: int) -> None:
+    """With optimistic costs of zero every solve wants an unmeasured kernel: the loop measures exactly
+    `budget` of them, the ones a solve chose first, and says it did not reach a stable solve."""
+    rng = np.random.default_rng(budget)
+    graph = conv_bias_relu(rng)
+    cands = [c for c in enumerate_candidates(graph, CandidateLimits()) if c.size < len(graph.nodes)]
+    pools = {"a": cands, "b": cands}
+    measured = {(c.key, "a"): float(c.size) for c in cands}
+    pending = {(c.key, "b"): c for c in cands}
+    assert len(pending) > budget
+    asked: list[tuple[str, str]] = []
+
+    def measure(want) -> None:
+        for name, cs in want.items():
+            asked.extend((c.key, name) for c in cs)
+            measured.update({(c.key, name): float(c.size) for c in cs})
+
+    def solve_split(options):
+        return solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes))).chosen
+
+    rounds, stable = solve_until_stable(pools, measured, pending, dict.fromkeys(pending, 0.0), len(graph.nodes),
+                                        solve_split, measure, max_rounds=100, batch_size=2, budget=budget)
+    assert not stable and len(asked) == budget == len(set(asked))
+    assert rounds <= budget
