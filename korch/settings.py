@@ -44,10 +44,10 @@ class ProfileSettings:
     cold_cache: bool = True
     # Inductor compiles cost ~1.3 s each: this many unique small candidates keeps a cold optimize in minutes.
     # Profiled after the other backends, it measures the fused candidates a split-plan solve would choose at
-    # their floors (profile/guided.py: profile_last), this many a round, until the solve is stable or the
-    # budget is spent.
+    # their floors (profile/guided.py: profile_last), `inductor_batch` a round (each round starts the compile
+    # workers again: ~20 s a round of 10 on yolox-nano), until the solve is stable or the budget is spent.
     inductor_budget: int = 40
-    inductor_batch: int = 10
+    inductor_batch: int = 20
     # Regions compiled by Inductor take seconds to a minute each: the largest few, the whole graph first.
     inductor_region_budget: int = 4
     # Guided profiling (korch/profile/guided.py): a backend whose cost model has learned from this
