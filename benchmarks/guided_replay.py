@@ -32,7 +32,7 @@ from korch.profile.boundaries import boundary_model  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, Rejection, Status, machine_fingerprint  # noqa: E402
 from korch.profile.guided import _calibration_sample, _options, _predicted_costs, _scale, solve_until_stable  # noqa: E402
 from korch.profile.profiler import accepted, record_version  # noqa: E402
-from korch.select.blp import SelectionError, relaxed_support, solve  # noqa: E402
+from korch.select.blp import SelectionError, relaxation, solve  # noqa: E402
 from korch.settings import OptimizeSettings  # noqa: E402
 
 
@@ -84,8 +84,8 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                      time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
 
     def relax(options):
-        return relaxed_support(options, graph.inputs, graph.outputs, required=range(whole),
-                               time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+        return relaxation(options, graph.inputs, graph.outputs, required=range(whole),
+                          time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
 
     best = solve_split(_options(run_pools, usable_all, {}, {}, whole)[0]).cost
     print(f"{model}: {len(legal)} legal guided pairs ({missing} without a stored record, left out); "

@@ -46,7 +46,7 @@ from korch.ir.ops import PrimClass
 from korch.profile.database import ProfileDB, Record, Rejection
 from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
 from korch.profile.prune import best_times, floor_seconds
-from korch.select.blp import Option, SelectionError, relaxed_support, solve
+from korch.select.blp import Option, Relaxation, SelectionError, relaxation, solve
 from korch.settings import OptimizeSettings
 from korch.version import code_version
 
@@ -215,9 +215,12 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         usable.update({pair: r.median_s for pair, r in more.records.items()
                        if accepted(r, got.tolerance) and r.median_s})
 
+    wholes = [usable[(c.key, name)] for name, cs in everything.items() for c in cs
+              if c.size == whole and (c.key, name) in usable]
     solve_split, relax = _solvers(graph, settings, boundary)
     rounds, stable = solve_until_stable(everything, usable, pending, floors, whole, solve_split, measure,
-                                        ps.guide_rounds, ps.inductor_batch, relax, ps.inductor_budget)
+                                        ps.guide_rounds, ps.inductor_batch, relax, ps.inductor_budget,
+                                        bar=min(wholes, default=None))
     db.put_guided_done(problem)
     log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
              ", ".join(regions), legal - len(pending), legal, rounds,
@@ -226,17 +229,17 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
 
 
 def _solvers(graph: Graph, settings: OptimizeSettings, boundary: BoundaryFn
-             ) -> tuple[Callable[[list[Option]], Sequence[Option]], Callable[[list[Option]], Sequence[Option] | None]]:
-    """The split-plan BLP (every primitive covered, no whole model) and its LP relaxation's support."""
+             ) -> tuple[Callable[[list[Option]], Sequence[Option]], Callable[[list[Option]], Relaxation | None]]:
+    """The split-plan BLP (every primitive covered, no whole model) and its LP relaxation."""
     whole = len(graph.nodes)
 
     def solve_split(options: list[Option]) -> Sequence[Option]:
         return solve(options, graph.inputs, graph.outputs, required=range(whole),
                      time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
 
-    def relax(options: list[Option]) -> Sequence[Option] | None:
-        return relaxed_support(options, graph.inputs, graph.outputs, required=range(whole),
-                               time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+    def relax(options: list[Option]) -> Relaxation | None:
+        return relaxation(options, graph.inputs, graph.outputs, required=range(whole),
+                          time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
     return solve_split, relax
 
 
@@ -245,8 +248,8 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
                        whole: int, solve_split: Callable[[list[Option]], Sequence[Option]],
                        measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
                        max_rounds: int, batch_size: int = 1,
-                       relax: Callable[[list[Option]], Sequence[Option] | None] | None = None,
-                       budget: int | None = None) -> tuple[int, bool]:
+                       relax: Callable[[list[Option]], Relaxation | None] | None = None,
+                       budget: int | None = None, bar: float | None = None) -> tuple[int, bool]:
     """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -256,10 +259,12 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
     If every optimistic cost is at most the kernel's measured cost, the last solve's choice is the
     optimum over all measured costs: a cheaper choice would have been chosen at its lower costs.
 
-    `relax` (the support of the LP relaxation, blp.relaxed_support): a round first measures the
-    pending kernels it leans on, and solves exactly (`solve_split`) only once it leans on none (or
-    the LP was not solved: None); the loop still ends only when an exact solve chooses measured
-    kernels alone.
+    `relax` (the LP relaxation, blp.relaxation): a round first measures the pending kernels it leans
+    on, and solves exactly (`solve_split`) only once it leans on none (or the LP was not solved:
+    None); the loop still ends only when an exact solve chooses measured kernels alone, or (`bar`)
+    when the LP's cost, a lower bound on every split plan at these costs, is at least `bar` (the
+    best whole model's time: no split plan could then be kept, whatever the pending kernels measure,
+    if their optimistic costs hold). That too counts as stable.
 
     `budget`: at most this many pending kernels are measured in all (those a solve chose first); once
     they are, the loop ends as if at `max_rounds`."""
@@ -268,8 +273,12 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
         rounds += 1
         options, pairs = _options(pools, costs, pending, optimistic, whole)
         try:
-            support = relax(options) if relax is not None else None
-            fresh = _pending_in(support, pairs, pending) if support is not None else []
+            relaxed = relax(options) if relax is not None else None
+            if relaxed is not None and bar is not None and relaxed.bound_s >= bar:
+                log.info("guided profiling: no split plan can run below %.3f ms (LP bound %.3f ms): stopping",
+                         bar * 1e3, relaxed.bound_s * 1e3)
+                return rounds, True
+            fresh = _pending_in(relaxed.support, pairs, pending) if relaxed is not None else []
             if not fresh:
                 fresh = _pending_in(solve_split(options), pairs, pending)
         except SelectionError as e:       # no split plan at all: measured selection keeps a whole model

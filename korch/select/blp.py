@@ -360,17 +360,26 @@ def _formulate(options: Sequence[Option], graph_inputs: Iterable[str], graph_out
     return options, free, crossings, cost, integrality, matrix, lower
 
 
-def relaxed_support(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
-                    required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
-                    boundary: BoundaryCost | None = None) -> tuple[Option, ...] | None:
-    """The options with a positive value in an optimum of `solve`'s LP relaxation (no cycle cuts): the
-    ones an exact solve leans on, found in a fraction of its time (guided profiling measures them).
-    None if the LP was not solved (time limit, numerical trouble); raises if nothing is feasible."""
+@dataclass(frozen=True)
+class Relaxation:
+    """An optimum of `solve`'s LP relaxation (no cycle cuts): the options with a positive value in it
+    (the ones an exact solve leans on) and its cost, a lower bound on the cost `solve` finds (seconds,
+    boundary costs included)."""
+
+    support: tuple[Option, ...]
+    bound_s: float
+
+
+def relaxation(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
+               required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
+               boundary: BoundaryCost | None = None) -> Relaxation | None:
+    """`solve`'s LP relaxation, solved in a fraction of its time (guided profiling measures what it leans
+    on). None if the LP was not solved (time limit, numerical trouble); raises if nothing is feasible."""
     from scipy.optimize import linprog
 
     problem = _formulate(options, graph_inputs, graph_outputs, required, boundary)
     if problem is None:
-        return ()
+        return Relaxation((), 0.0)
     options, _, _, cost, _, matrix, lower = problem
     lp = linprog(cost, A_ub=-matrix, b_ub=-lower, bounds=(0, 1), method="highs-ds",
                  options={"time_limit": time_limit})
@@ -379,7 +388,15 @@ def relaxed_support(options: Sequence[Option], graph_inputs: Iterable[str], grap
     if lp.status != 0 or lp.x is None:
         log.info("BLP: the LP relaxation was not solved (%s)", lp.message)
         return None
-    return tuple(o for o, x in zip(options, lp.x) if x > _INTEGRAL)
+    return Relaxation(tuple(o for o, x in zip(options, lp.x) if x > _INTEGRAL), float(lp.fun) / COST_SCALE)
+
+
+def relaxed_support(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
+                    required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
+                    boundary: BoundaryCost | None = None) -> tuple[Option, ...] | None:
+    """The support of `relaxation` (None if the LP was not solved)."""
+    r = relaxation(options, graph_inputs, graph_outputs, required, time_limit, boundary)
+    return None if r is None else r.support
 
 
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],

@@ -10,7 +10,7 @@ import pytest
 from korch.candidates import enumerate_candidates
 from korch.candidates.enumerate import CandidateLimits
 from korch.profile.guided import _options, solve_until_stable
-from korch.select.blp import relaxed_support, solve
+from korch.select.blp import relaxation, solve
 from tests.backends.graphs import conv_bias_relu, mlp_gelu
 
 
@@ -39,11 +39,12 @@ def test_lower_bounds_lead_to_the_exhaustive_optimum(seed: int, relaxed: bool) -
         return solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes))).chosen
 
     def relax(options):
-        support = relaxed_support(options, graph.inputs, graph.outputs, required=range(len(graph.nodes)))
-        assert support is not None
-        made = {t for o in support for t in o.outputs}
+        relaxed = relaxation(options, graph.inputs, graph.outputs, required=range(len(graph.nodes)))
+        assert relaxed is not None
+        made = {t for o in relaxed.support for t in o.outputs}
         assert set(graph.outputs) <= made          # a fractional cover still covers every output
-        return support
+        assert relaxed.bound_s <= sum(o.cost for o in solve_split(options)) * (1 + 1e-9)   # a lower bound
+        return relaxed
 
     rounds, stable = solve_until_stable(pools, measured, pending, optimistic, len(graph.nodes), solve_split,
                                         measure, max_rounds=100, batch_size=batch,
@@ -86,3 +87,38 @@ def test_a_budget_caps_the_kernels_measured_and_ends_unstable(budget: int) -> No
                                         solve_split, measure, max_rounds=100, batch_size=2, budget=budget)
     assert not stable and len(asked) == budget == len(set(asked))
     assert rounds <= budget
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_bar_no_split_plan_can_beat_stops_the_loop_before_measuring(seed: int) -> None:
+    """When the LP relaxation's cost at optimistic costs, a lower bound on every split plan, is at least
+    `bar` (the best whole model), no pending kernel is measured; a bar above it changes nothing."""
+    rng = np.random.default_rng(seed)
+    graph = conv_bias_relu(rng)
+    cands = [c for c in enumerate_candidates(graph, CandidateLimits()) if c.size < len(graph.nodes)]
+    pools = {"a": cands, "b": cands}
+    measured = {(c.key, "a"): float(rng.uniform(1, 10)) for c in cands}
+    pending = {(c.key, "b"): c for c in cands}
+    optimistic = {pair: 0.5 for pair in pending}
+    required = range(len(graph.nodes))
+
+    def relax(options):
+        return relaxation(options, graph.inputs, graph.outputs, required=required)
+
+    def solve_split(options):
+        return solve(options, graph.inputs, graph.outputs, required=required).chosen
+
+    bound = relax(_options(pools, measured, pending, optimistic, len(graph.nodes))[0]).bound_s
+    asked: list[tuple[str, str]] = []
+
+    def measure(want) -> None:
+        for name, cs in want.items():
+            asked.extend((c.key, name) for c in cs)
+            measured.update({(c.key, name): 100.0 for c in cs})
+
+    for bar, stops in ((bound, True), (bound * 1.001, False)):
+        asked.clear()
+        rounds, stable = solve_until_stable(pools, dict(measured), dict(pending), optimistic, len(graph.nodes),
+                                            solve_split, measure, max_rounds=100, relax=relax, bar=bar)
+        assert stable
+        assert (not asked) is stops, (bar, bound, asked)

@@ -12,7 +12,8 @@ from onnx import TensorProto, helper
 from korch.backends import get_backend
 from korch.pipeline import enumerate_all, optimize, run_fission
 from korch.profile.database import ProfileDB, Record, Rejection, machine_fingerprint
-from korch.profile.profiler import record_version
+from korch.profile.guided import profile_last
+from korch.profile.profiler import profile, record_version
 from korch.profile.prune import best_times, floor_seconds
 from korch.profile.timing import Timing
 from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, OptimizeSettings
@@ -75,22 +76,47 @@ def _inductor_small(db: ProfileDB, small, settings: OptimizeSettings) -> dict:
     return db.get_many(keys, "inductor", version, settings.threads, machine_fingerprint())
 
 
-def test_inductor_compiles_what_a_solve_at_floors_chooses_after_onnxruntime(fissioned, tmp_path: Path,
-                                                                            caplog) -> None:
-    """Inductor is profiled last, on fused candidates a split-plan solve wanted at their floors, at most
-    its budget of them; before, its budget took the conv alone first. A warm run measures nothing."""
+def _settings(budget: int = 3, batch: int = 2) -> OptimizeSettings:
+    return OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
+                            profile=replace(QUICK_PROFILE, inductor_budget=budget, inductor_batch=batch,
+                                            inductor_region_budget=0, compile_workers=0))
+
+
+def test_inductor_compiles_what_a_solve_at_floors_chooses_after_onnxruntime(fissioned, tmp_path: Path) -> None:
+    """profile_last, with no whole model to beat: Inductor compiles the fused candidates a split-plan solve
+    wanted at their floors, at most its budget and never a linear primitive alone (the budget chosen
+    before any profile took the conv alone first); asked again, it measures nothing."""
     pytest.importorskip("torch")
     graph, small = fissioned
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
-                                profile=replace(QUICK_PROFILE, inductor_budget=3, inductor_batch=2,
-                                                inductor_region_budget=0, compile_workers=0))
+    settings = _settings()
+    machine = machine_fingerprint()
+    split = [c for c in small if c.size < len(graph.nodes)]
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
-        with caplog.at_level("INFO", logger="korch.profile"):
-            _, _, stats = optimize(_model(), db, settings)
+        first = profile(graph, {"onnxruntime": split}, db, 1, machine, settings.profile, settings.accuracy)
+        got = profile_last(graph, {"inductor": []}, small, first, {"onnxruntime": split}, db, settings, machine, None,
+                           lambda p, c, v: 0.0)
         inductor = _inductor_small(db, small, settings)
-        _, _, warm = optimize(_model(), db, settings)
+        again = profile_last(graph, {"inductor": []}, small, first, {"onnxruntime": split}, db, settings, machine,
+                             None, lambda p, c, v: 0.0)
     assert 1 <= len(inductor) <= 3, len(inductor)
     by_key = {c.key: c for c in small}
     assert not any(by_key[k].size == 1 and graph.nodes[by_key[k].nodes[0]].op == "conv" for k in inductor)
-    assert any("round(s) of solving at their floors" in r.message for r in caplog.records)
+    assert {k for (k, name) in got.records if name == "inductor"} >= set(inductor)
+    assert got.measured - first.measured >= len(inductor) and again.measured == first.measured
+
+
+def test_inductor_compiles_nothing_small_when_no_split_plan_could_beat_the_whole_model(tmp_path: Path, caplog,
+                                                                                         fissioned) -> None:
+    """On this tiny model onnxruntime's whole model beats any split plan even at Inductor's floors: the
+    first relaxation says so, and no small candidate is compiled; a warm run measures nothing."""
+    pytest.importorskip("torch")
+    _, small = fissioned
+    settings = _settings()
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        with caplog.at_level("INFO", logger="korch.profile"):
+            optimize(_model(), db, settings)
+        inductor = _inductor_small(db, small, settings)
+        _, _, warm = optimize(_model(), db, settings)
+    assert not inductor
+    assert any("no split plan can run below" in r.message for r in caplog.records)
     assert warm.profiled_new == 0, warm.profiled_new

@@ -1,0 +1,73 @@
+"""Do the floors Inductor's candidates are solved for at hold? Measured time over floor, per kernel.
+
+    python benchmarks/inductor_floors.py MODEL --cache DIR [--threads 2]
+
+profile/guided.py's profile_last gives each unmeasured fused candidate of Inductor a floor
+(prune.floor_seconds: its linear primitives at the best time any backend measured for each alone,
+its tensors in and out moved once at bandwidth) and measures those a split-plan solve would choose
+at it. The solve's answer is exact only if no kernel measures below its floor. This reads the cache
+of a `korch optimize MODEL --cache DIR` and prints, for every accepted Inductor kernel of one of
+MODEL's small candidates, its profile over its floor (now, from the same cache's profiles), and the
+best other backend's profile of the same candidate: quantiles, and the kernels below 1.0x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model")
+    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    from korch.backends import get_backend
+    from korch.costmodel import MachinePeaks
+    from korch.pipeline import enumerate_all, run_fission
+    from korch.profile.database import ProfileDB, Status, machine_fingerprint
+    from korch.profile.profiler import record_version
+    from korch.profile.prune import floor_seconds
+    from korch.settings import OptimizeSettings
+
+    settings = OptimizeSettings(threads=args.threads)
+    graph = run_fission(args.model, cache_dir=args.cache).graph
+    small = {c.key: c for c in enumerate_all(graph, settings).small}
+    machine = machine_fingerprint()
+    stored = {}
+    with ProfileDB(args.cache / "profiles.sqlite") as db:
+        for name in settings.backends:
+            got = db.get_many(list(small), name, record_version(get_backend(name), settings.profile), args.threads,
+                              machine)
+            stored[name] = {k: r.median_s for k, r in got.items()
+                            if r.status is Status.OK and r.median_s and (r.error is None or r.error <= 1e-4)}
+    if not stored.get("inductor"):
+        sys.exit(f"{args.cache}: no Inductor profiles of {args.model}'s small candidates at {args.threads} threads")
+    best = {}
+    for name, times in stored.items():
+        if name != "inductor":
+            for k, t in times.items():
+                best[k] = min(best.get(k, t), t)
+    single = {c.nodes[0]: best[c.key] for c in small.values() if c.size == 1 and c.key in best}
+    bandwidth = MachinePeaks.measure().bytes_per_s
+    rows = []
+    for k, t in stored["inductor"].items():
+        floor = floor_seconds(graph, small[k], single, bandwidth)
+        rows.append((t / floor, t, best.get(k)))
+    rows.sort()
+    ratios = [r[0] for r in rows]
+    q = lambda p: ratios[min(len(ratios) - 1, int(p * (len(ratios) - 1) + 0.5))]  # noqa: E731
+    faster = sum(1 for _, t, b in rows if b is not None and t < b)
+    print(f"{args.model}: {len(rows)} Inductor kernels of small candidates; bandwidth {bandwidth / 1e9:.1f} GB/s")
+    print("| measured / floor: min | p10 | median | below 1.0x | faster than the best other backend on the same candidate |")
+    print("|---:|---:|---:|---:|---:|")
+    print(f"| {ratios[0]:.2f} | {q(0.1):.2f} | {q(0.5):.2f} | {sum(r < 1 for r in ratios)} | {faster} of {len(rows)} |")
+
+
+if __name__ == "__main__":
+    main()
