@@ -2,7 +2,7 @@
 optimism, and how far its split plan is from the one profiling everything finds, without noise.
 
     python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200]
-        [--relax no|yes|both]
+        [--relax no|yes|both] [--bar no|yes|both]
 
 DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
 into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
@@ -13,6 +13,11 @@ prediction) it prints the rounds, the pairs measured out of the legal ones, the 
 and the split plan kept (over measured kernels) against the exhaustive optimum, both in profiled
 (predicted) time: the regret of guidance before any engine runs. A replay cannot see a kernel the
 exhaustive profiles lack, and a real run also pays for measuring (BENCHMARKS.md has both).
+
+`--bar yes`: the loop also stops once the LP relaxation at those costs cannot run below the best
+whole-model profile (solve_until_stable's `bar`, which profile_last gives Inductor's rounds). Then
+the regret that matters is the plan's: the better of the split plan kept and the best whole model,
+against the better of the exhaustive optimum and that whole model ("plan regret").
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from korch.settings import OptimizeSettings  # noqa: E402
 
 
 def replay(model: str, cache: Path, threads: int, optimisms: list[float], batches: list[int] | None = None,
-           relaxes: tuple[bool, ...] = (False,)) -> None:
+           relaxes: tuple[bool, ...] = (False,), bars: tuple[bool, ...] = (False,)) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
     machine = machine_fingerprint()
@@ -90,11 +95,15 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
     best = solve_split(_options(run_pools, usable_all, {}, {}, whole)[0]).cost
     print(f"{model}: {len(legal)} legal guided pairs ({missing} without a stored record, left out); "
           f"exhaustive split optimum {best * 1e3:.3f} ms")
-    print("| optimism | batch | LP first | rounds | stable | measured / legal | solver s | split plan kept ms | "
-          "regret (predicted) |")
-    print("|---:|---:|---|---:|---|---:|---:|---:|---:|")
-    for optimism, batch, relaxed in ((o, b, r) for o in optimisms for b in (batches or [ps.guide_batch])
-                                     for r in relaxes):
+    wholes = [usable_all[(c.key, name)] for name, cs in pools.items() for c in cs
+              if c.size == whole and (c.key, name) in usable_all]
+    best_whole = min(wholes, default=None)
+    print(f"best whole model {best_whole * 1e3:.3f} ms" if best_whole is not None else "no whole model profiled")
+    print("| optimism | batch | LP first | bar | rounds | stable | measured / legal | solver s | split plan kept ms | "
+          "regret (predicted) | plan regret |")
+    print("|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|")
+    for optimism, batch, relaxed, barred in ((o, b, r, w) for o in optimisms for b in (batches or [ps.guide_batch])
+                                             for r in relaxes for w in bars):
         pending = dict(legal)
         usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
         sample = _calibration_sample(pending, models, ps.guide_sample, settings.seed)
@@ -119,15 +128,19 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         t0 = time.perf_counter()
         rounds, stable = solve_until_stable(run_pools, usable, pending, optimistic, whole,
                                             lambda options: solve_split(options).chosen, measure,
-                                            ps.guide_rounds, batch, relax if relaxed else None)
+                                            ps.guide_rounds, batch, relax if relaxed or barred else None,
+                                            bar=best_whole if barred else None)
         seconds = time.perf_counter() - t0
         try:
             kept = solve_split(_options(run_pools, usable, {}, {}, whole)[0]).cost
             kept_text, regret = f"{kept * 1e3:.3f}", f"{kept / best - 1:+.2%}"
         except SelectionError:
-            kept_text, regret = "none", "-"
-        print(f"| {optimism:g} | {batch} | {'yes' if relaxed else 'no'} | {rounds} | {'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
-              f"({asked / max(1, len(legal)):.0%}) | {seconds:.0f} | {kept_text} | {regret} |", flush=True)
+            kept, kept_text, regret = float("inf"), "none", "-"
+        ceiling = best_whole if best_whole is not None else float("inf")
+        plan_regret = f"{min(kept, ceiling) / min(best, ceiling) - 1:+.2%}"
+        print(f"| {optimism:g} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | {rounds} | "
+              f"{'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
+              f"({asked / max(1, len(legal)):.0%}) | {seconds:.0f} | {kept_text} | {regret} | {plan_regret} |", flush=True)
 
 
 def main() -> None:
@@ -139,10 +152,12 @@ def main() -> None:
                         help="guide_batch values to replay (default: ProfileSettings.guide_batch)")
     parser.add_argument("--relax", choices=["no", "yes", "both"], default="no",
                         help="each round measures the LP relaxation's support first (solve_until_stable's relax)")
+    parser.add_argument("--bar", choices=["no", "yes", "both"], default="no",
+                        help="stop once no split plan could beat the best whole model (implies the LP first)")
     parser.add_argument("model")
     args = parser.parse_args()
-    relaxes = {"no": (False,), "yes": (True,), "both": (False, True)}[args.relax]
-    replay(args.model, args.cache, args.threads, args.optimism, args.batch, relaxes)
+    choice = {"no": (False,), "yes": (True,), "both": (False, True)}
+    replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar])
 
 
 if __name__ == "__main__":
