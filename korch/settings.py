@@ -89,8 +89,10 @@ class ProfileSettings:
     # compiling in place on yolox-nano's 44 Inductor kernels, 0.82x on segformer-b0's
     # (benchmarks/compile_ahead.py). Fewer than 2: each is compiled where it is timed, as before.
     compile_workers: int = 2
-    # ... when at least this many are to be compiled: a worker takes seconds to start (importing torch).
-    compile_ahead_min_jobs: int = 6
+    # ... when at least this much is to be compiled, in one-primitive kernels (profiler.job_work: a region of
+    # 476 primitives counts 22): a worker takes seconds to start (importing torch), and Inductor's 4 largest
+    # regions of yolox-nano, profiled alone after the other backends, took 94.6 s compiled in place.
+    compile_ahead_min_work: float = 6.0
     # A kernel with more constant bytes than this is compiled where it is timed: a worker holds its
     # own copy of them while compiling, and two such copies would raise the optimize's peak memory.
     compile_ahead_max_bytes: int = 64 << 20

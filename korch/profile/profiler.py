@@ -452,7 +452,7 @@ def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, s
             continue
         mine = replace(options, runs_alone=True) if job.candidate.size == whole else options
         todo.append(AheadJob((job.candidate.key, job.backend), sub, mine, job_work(job.candidate.size)))
-    if len(todo) < settings.compile_ahead_min_jobs:
+    if sum(job.work for job in todo) < settings.compile_ahead_min_work:
         return None
     log.info("profile: compiling %d kernel(s) ahead in %d worker processes", len(todo), settings.compile_workers)
 

@@ -25,7 +25,7 @@ from korch.settings import QUICK_PROFILE
 pytest.importorskip("torch")
 
 MACHINE = "test machine"
-AHEAD = replace(QUICK_PROFILE, compile_workers=2, compile_ahead_min_jobs=2)
+AHEAD = replace(QUICK_PROFILE, compile_workers=2, compile_ahead_min_work=2.0)
 IN_PLACE = replace(QUICK_PROFILE, compile_workers=0)
 
 
