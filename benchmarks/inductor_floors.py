@@ -30,33 +30,30 @@ def main() -> None:
     from korch.backends import get_backend
     from korch.costmodel import MachinePeaks
     from korch.pipeline import enumerate_all, run_fission
-    from korch.profile.database import ProfileDB, Status, machine_fingerprint
+    from korch.profile.database import ProfileDB, machine_fingerprint
     from korch.profile.profiler import record_version
-    from korch.profile.prune import floor_seconds
+    from korch.profile.prune import best_times, floor_seconds
     from korch.settings import OptimizeSettings
 
     settings = OptimizeSettings(threads=args.threads)
     graph = run_fission(args.model, cache_dir=args.cache).graph
     small = {c.key: c for c in enumerate_all(graph, settings).small}
     machine = machine_fingerprint()
-    stored = {}
+    tolerance = settings.accuracy.tolerance(0.0)
+    others, inductor = {}, {}
     with ProfileDB(args.cache / "profiles.sqlite") as db:
         for name in settings.backends:
             got = db.get_many(list(small), name, record_version(get_backend(name), settings.profile), args.threads,
                               machine)
-            stored[name] = {k: r.median_s for k, r in got.items()
-                            if r.status is Status.OK and r.median_s and (r.error is None or r.error <= 1e-4)}
-    if not stored.get("inductor"):
+            (inductor if name == "inductor" else others).update({(k, name): r for k, r in got.items()})
+    times = best_times(list(small.values()), inductor, tolerance)
+    if not times:
         sys.exit(f"{args.cache}: no Inductor profiles of {args.model}'s small candidates at {args.threads} threads")
-    best = {}
-    for name, times in stored.items():
-        if name != "inductor":
-            for k, t in times.items():
-                best[k] = min(best.get(k, t), t)
+    best = best_times(list(small.values()), others, tolerance)
     single = {c.nodes[0]: best[c.key] for c in small.values() if c.size == 1 and c.key in best}
     bandwidth = MachinePeaks.measure().bytes_per_s
     rows = []
-    for k, t in stored["inductor"].items():
+    for k, t in times.items():
         floor = floor_seconds(graph, small[k], single, bandwidth)
         rows.append((t / floor, t, best.get(k)))
     rows.sort()

@@ -115,14 +115,10 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     pending = {pair: c for pair, c in pending.items() if pair not in records}
     if not pending:               # every kernel is measured already (a warm run): no solve can ask for more
         return outcome, GuideStats(tuple(sorted(models)), 0, 0, True)
-    illegal = _refusals(graph, pending, settings, machine)
-    db.put_many(illegal)                  # as the profiler records them: a warm run reads, never asks again
-    for r in illegal:
-        records[(r.candidate_key, r.backend)] = r
-        del pending[(r.candidate_key, r.backend)]
+    illegal = _refuse_illegal(graph, pending, records, db, settings, machine)
     legal = len(pending)
     predicted = _predicted_costs(graph, pending, models, settings)
-    usable = {pair: r.median_s for pair, r in records.items() if accepted(r, outcome.tolerance) and r.median_s}
+    usable = _usable(records, outcome.tolerance)
     got = outcome
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
@@ -130,8 +126,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
         got = got.merged(more)
         records.update(more.records)
-        usable.update({pair: r.median_s for pair, r in more.records.items()
-                       if accepted(r, outcome.tolerance) and r.median_s})
+        usable.update(_usable(more.records, outcome.tolerance))
 
     sample = _calibration_sample(pending, models, ps.guide_sample, settings.seed)
     measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in sample.items() if pairs})
@@ -192,7 +187,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         carry[name] = [c for c in own if c.key not in stored]
     got = outcome.merged(_profile(graph, first, db, settings, machine, source, progress, outcome.fp32_error, keep))
     records = dict(got.records)
-    usable = {pair: r.median_s for pair, r in records.items() if accepted(r, got.tolerance) and r.median_s}
+    usable = _usable(records, got.tolerance)
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
         """Profile `want`, and the regions not profiled yet: one batch of compiles ahead, so the small
@@ -203,8 +198,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
         got = got.merged(more)
         records.update(more.records)
-        usable.update({pair: r.median_s for pair, r in more.records.items()
-                       if accepted(r, got.tolerance) and r.median_s})
+        usable.update(_usable(more.records, got.tolerance))
 
     everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
     problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
@@ -216,11 +210,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         pending = {(c.key, name): c for name in regions for c in unique
                    if (c.key, name) not in records
                    and not (c.size == 1 and graph.nodes[c.nodes[0]].klass == PrimClass.LINEAR)}
-        illegal = _refusals(graph, pending, settings, machine)
-        db.put_many(illegal)
-        for r in illegal:
-            records[(r.candidate_key, r.backend)] = r
-            del pending[(r.candidate_key, r.backend)]
+        illegal = _refuse_illegal(graph, pending, records, db, settings, machine)
         best = best_times(unique, records, got.tolerance)
         single = {c.nodes[0]: best[c.key] for c in unique if c.size == 1 and c.key in best}
         bandwidth = MachinePeaks.measure().bytes_per_s
@@ -237,6 +227,11 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     if any(carry.values()):                  # no round measured anything: the regions alone
         measure({})
     return replace(got, records=records, measured=got.measured + len(illegal))
+
+
+def _usable(records: Mapping[tuple[str, str], Record], tolerance: float) -> dict[tuple[str, str], float]:
+    """The time of each kernel a plan may use (profiler.accepted, and timed)."""
+    return {pair: r.median_s for pair, r in records.items() if accepted(r, tolerance) and r.median_s}
 
 
 def _best_whole(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[str, str], float],
@@ -348,9 +343,11 @@ def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: Profile
                    progress, source, fp32_error, keep)
 
 
-def _refusals(graph: Graph, pending: Mapping[tuple[str, str], Candidate], settings: OptimizeSettings,
-              machine: str) -> list[Record]:
-    """A rejection, with the backend's reason, for each pending pair its backend cannot compile."""
+def _refuse_illegal(graph: Graph, pending: dict[tuple[str, str], Candidate], records: dict[tuple[str, str], Record],
+                    db: ProfileDB, settings: OptimizeSettings, machine: str) -> list[Record]:
+    """A rejection, with the backend's reason, for each pending pair its backend cannot compile: stored
+    (as the profiler stores them: a warm run reads it, never asks again), put in `records`, and taken
+    out of `pending`. Returns them."""
     out = []
     for (key, name), cand in pending.items():
         backend = get_backend(name)
@@ -358,6 +355,10 @@ def _refusals(graph: Graph, pending: Mapping[tuple[str, str], Candidate], settin
         if reason is not None:
             out.append(Record.rejected(key, name, record_version(backend, settings.profile), settings.threads, machine,
                                        f"unsupported: {reason}", Rejection.UNSUPPORTED, code_version()))
+    db.put_many(out)
+    for r in out:
+        records[(r.candidate_key, r.backend)] = r
+        del pending[(r.candidate_key, r.backend)]
     return out
 
 

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from korch.candidates import Candidate
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
-from korch.profile.database import Record, Status
+from korch.profile.database import Record
+from korch.profile.profiler import accepted
 
 
 def saved_bytes(graph: Graph, candidate: Candidate) -> int:
@@ -59,6 +60,6 @@ def best_times(candidates: Sequence[Candidate], records: Mapping[tuple[str, str]
     keys = {c.key for c in candidates}
     best: dict[str, float] = {}
     for (key, _), r in records.items():
-        if key in keys and r.status is Status.OK and r.median_s and (r.error is None or r.error <= tolerance):
+        if key in keys and accepted(r, tolerance) and r.median_s:
             best[key] = min(best.get(key, r.median_s), r.median_s)
     return best
