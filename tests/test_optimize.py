@@ -635,6 +635,37 @@ def test_whole_model_kernels_of_each_engine_meet_in_duels_two_at_a_time(tmp_path
     assert [s.key for s in again.steps] == [s.key for s in plan.steps] and warm.selection.remembered
 
 
+def test_a_whole_model_profiled_in_a_slow_spell_is_timed_again_and_meets_the_champion(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """onnxruntime's whole model profiles 100x slow (as in a spell of a loaded machine), far beyond
+    `contender_factor` of OpenVINO's: it is still compiled, timed beside the champion, and, being
+    within the factor there, meets it side by side. Before, it was never compared."""
+    pytest.importorskip("openvino")
+    import logging
+
+    import korch.profile.profiler as profiler
+
+    measure_one = profiler._measure_one
+
+    def ort_whole_model_slow(graph, job, *args):
+        record = measure_one(graph, job, *args)
+        if (job.backend == "onnxruntime" and len(job.candidate.nodes) == len(graph.nodes)
+                and record.median_s is not None):
+            record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
+        return record
+
+    monkeypatch.setattr(profiler, "_measure_one", ort_whole_model_slow)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "openvino"), calibration=QUICK_CALIBRATION,
+                                profile=QUICK_PROFILE, selection=replace(QUICK_SELECTION, contender_factor=10.0))
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, "korch.select"):
+        _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, settings)
+    sel = stats.selection
+    assert any("onnxruntime" in (d.first, d.second) for d in sel.duels), sel.duels
+    assert "onnxruntime" in sel.side_by_side_ms
+    looks = [r.getMessage() for r in caplog.records if "timed again at" in r.getMessage()]
+    assert len(looks) == 1 and looks[0].startswith("onnxruntime's whole model") and "compared side by side" in looks[0]
+
+
 @pytest.mark.parametrize("name", ["gpt-mini", "gpt-mini-lowest"])
 def test_causal_attention_masks_optimize_and_check(name: str, db: ProfileDB) -> None:
     """Masked scores of -inf or the dtype's lowest value cross kernel boundaries (primitive kernels

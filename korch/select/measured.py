@@ -24,6 +24,9 @@ close contenders wrongly. So:
    no more than two compiled plans hold their weights at once (all of them alive together took
    bert-base's optimize to 6.4 GB). A split plan must win each of its duels by
    `multi_kernel_margin`; otherwise the last duel's winner, a whole-model kernel, is the plan.
+   An engine whose whole model profiled beyond `contender_factor` of the rest is not trusted to its
+   profile (a slow spell can triple one): it is compiled and timed once more beside the champion,
+   and joins the duels if it is within the factor after all (`_second_look`).
    Before they are timed, the split plan and each contender are checked against onnxruntime on
    fresh random inputs (verify.PlanChecker: the accuracy policy that also judges the final plan).
    A split plan that disagrees is not dropped at once: its errors add up from kernels that each
@@ -584,6 +587,25 @@ def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
                   key=lambda b: (ctx.whole[b].cost, b))
 
 
+def _second_look(ctx: _Context, champion: _Contender, other: _Contender) -> bool:
+    """Whether a whole model profiled beyond `contender_factor` of the rest joins the duels: it is
+    timed again beside the champion, both alone, and joins if within the factor of it. A profile
+    taken while something else loaded the machine reads slow (yolox-nano: onnxruntime's whole model
+    profiled at 79 ms against its 25), and without this look the model it belongs to never met the
+    split plan it beat."""
+    factor = ctx.settings.selection.contender_factor
+    bar = ctx.time(champion.session)
+    seconds = ctx.time(other.session)
+    joins = seconds <= factor * bar
+    log.info("%s, profiled at %s, timed again at %s beside %s at %s: %s", _who(other.name),
+             _ms(other.estimate_s), _ms(seconds), _who(champion.name), _ms(bar),
+             "compared side by side" if joins else f"beyond {factor:.2f}x, not compared")
+    if not joins:
+        other.session = None  # type: ignore[assignment]   # its weights go now
+        release_freed_heap()
+    return joins
+
+
 @dataclass
 class _Contender:
     """A compiled, checked plan in the comparison: SPLIT or one engine's whole model."""
@@ -685,6 +707,10 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
     for backend in _contenders(ctx, split if split_timed else None):
         if (c := admit(backend)) is not None:
             meet(c)
+    if champion is not None and ctx.settings.selection.duel_rounds > 0:
+        for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
+            if (c := admit(backend)) is not None and _second_look(ctx, champion, c):
+                meet(c)
     if not admitted and not split_timed:    # every contender failed: the other engines, cheapest first
         for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
             if (c := admit(backend)) is not None:
