@@ -167,7 +167,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
 
     Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
     at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
-    alone, its tensors in and out moved once at bandwidth): a round measures the fused kernels the
+    alone, its tensors in and out moved once at bandwidth; linear primitives not yet timed alone are
+    timed first, on the other backends of `pools` that take them): a round measures the fused kernels the
     split-plan BLP (or its LP relaxation) would choose at those floors, and their rivals, up to
     `inductor_batch`; rounds go on until a solve chooses only measured kernels (no other kernel of
     these backends could then lower the plan, if the floors hold) or `inductor_budget` kernels were
@@ -208,10 +209,21 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     rounds, stable = 0, True
     if not db.guided_done(problem):
         pending = {(c.key, name): c for name in regions for c in unique
-                   if (c.key, name) not in records
-                   and not (c.size == 1 and graph.nodes[c.nodes[0]].klass == PrimClass.LINEAR)}
+                   if (c.key, name) not in records and not _linear_alone(graph, c)}
         illegal = _refuse_illegal(graph, pending, records, db, settings, machine)
         best = best_times(unique, records, got.tolerance)
+        # A floor counts a linear primitive never timed alone as free: guided profiling leaves most
+        # of them untimed (yolox-nano: floors 11-24x under the kernels they were for). They are
+        # cheap to time on the other backends, so the floors get them first.
+        lone = {c.key for c in unique if _linear_alone(graph, c) and c.key not in best}
+        want = {name: list({c.key: c for c in cs if c.key in lone and (c.key, name) not in records}.values())
+                for name, cs in pools.items()}
+        if any(want.values()):
+            more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
+            got = got.merged(more)
+            records.update(more.records)
+            usable.update(_usable(more.records, got.tolerance))
+            best = best_times(unique, records, got.tolerance)
         single = {c.nodes[0]: best[c.key] for c in unique if c.size == 1 and c.key in best}
         bandwidth = MachinePeaks.measure().bytes_per_s
         floors = {pair: floor_seconds(graph, c, single, bandwidth) for pair, c in pending.items()}
@@ -227,6 +239,10 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     if any(carry.values()):                  # no round measured anything: the regions alone
         measure({})
     return replace(got, records=records, measured=got.measured + len(illegal))
+
+
+def _linear_alone(graph: Graph, candidate: Candidate) -> bool:
+    return candidate.size == 1 and graph.nodes[candidate.nodes[0]].klass == PrimClass.LINEAR
 
 
 def _usable(records: Mapping[tuple[str, str], Record], tolerance: float) -> dict[tuple[str, str], float]:

@@ -120,3 +120,26 @@ def test_inductor_compiles_nothing_small_when_no_split_plan_could_beat_the_whole
     assert not inductor
     assert any("no split plan can run below" in r.message for r in caplog.records)
     assert warm.profiled_new == 0, warm.profiled_new
+
+
+def test_linear_primitives_not_timed_alone_are_timed_on_the_other_backends_before_the_floors(
+        fissioned, tmp_path: Path) -> None:
+    """Guided profiling may leave a conv alone untimed, and a floor would count it free (yolox-nano:
+    floors 11-24x under Inductor's kernels): profile_last times it first on onnxruntime, whose pool
+    holds it, and Inductor still never compiles it alone."""
+    pytest.importorskip("torch")
+    graph, small = fissioned
+    settings = _settings()
+    machine = machine_fingerprint()
+    split = [c for c in small if c.size < len(graph.nodes)]
+    conv = next(c for c in split if c.size == 1 and graph.nodes[c.nodes[0]].op == "conv")
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        first = profile(graph, {"onnxruntime": [c for c in split if c.key != conv.key]}, db, 1, machine,
+                        settings.profile, settings.accuracy)
+        assert (conv.key, "onnxruntime") not in first.records
+        got = profile_last(graph, {"inductor": []}, small, first, {"onnxruntime": split}, db, settings, machine, None,
+                           lambda p, c, v: 0.0)
+        inductor = _inductor_small(db, small, settings)
+    record = got.records[(conv.key, "onnxruntime")]
+    assert record.median_s and record.median_s > 0
+    assert conv.key not in inductor
