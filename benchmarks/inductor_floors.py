@@ -32,12 +32,13 @@ def main() -> None:
     from korch.pipeline import enumerate_all, run_fission
     from korch.profile.database import ProfileDB, machine_fingerprint
     from korch.profile.profiler import record_version
-    from korch.profile.prune import best_times, floor_seconds
+    from korch.profile.prune import best_times, floor_seconds, single_times
     from korch.settings import OptimizeSettings
 
     settings = OptimizeSettings(threads=args.threads)
     graph = run_fission(args.model, cache_dir=args.cache).graph
-    small = {c.key: c for c in enumerate_all(graph, settings).small}
+    every = enumerate_all(graph, settings).small
+    small = {c.key: c for c in every}
     machine = machine_fingerprint()
     tolerance = settings.accuracy.tolerance(0.0)
     others, inductor = {}, {}
@@ -50,7 +51,7 @@ def main() -> None:
     if not times:
         sys.exit(f"{args.cache}: no Inductor profiles of {args.model}'s small candidates at {args.threads} threads")
     best = best_times(list(small.values()), others, tolerance)
-    single = {c.nodes[0]: best[c.key] for c in small.values() if c.size == 1 and c.key in best}
+    single = single_times(every, best)
     bandwidth = MachinePeaks.measure().bytes_per_s
     rows = []
     for k, t in times.items():

@@ -48,7 +48,7 @@ from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.profile.database import ProfileDB, Record, Rejection
 from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
-from korch.profile.prune import best_times, floor_seconds
+from korch.profile.prune import best_times, floor_seconds, single_times
 from korch.select.blp import Option, Relaxation, SelectionError, relaxation, solve
 from korch.settings import OptimizeSettings
 from korch.version import code_version
@@ -224,7 +224,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
             records.update(more.records)
             usable.update(_usable(more.records, got.tolerance))
             best = best_times(unique, records, got.tolerance)
-        single = {c.nodes[0]: best[c.key] for c in unique if c.size == 1 and c.key in best}
+        single = single_times(small, best)
         bandwidth = MachinePeaks.measure().bytes_per_s
         floors = {pair: floor_seconds(graph, c, single, bandwidth) for pair, c in pending.items()}
         legal = len(pending)

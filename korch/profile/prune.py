@@ -54,6 +54,13 @@ def floor_seconds(graph: Graph, candidate: Candidate, single: Mapping[int, float
     return max(linear, io / bytes_per_s)
 
 
+def single_times(candidates: Sequence[Candidate], best: Mapping[str, float]) -> dict[int, float]:
+    """`floor_seconds`'s `single`: node index -> the best time of its candidate alone, for every node of
+    `candidates`, not one per key: primitives of the same shapes share a key (yolox-nano's 113 linear
+    primitives have 41), and a floor that misses one counts it free."""
+    return {c.nodes[0]: best[c.key] for c in candidates if c.size == 1 and c.key in best}
+
+
 def best_times(candidates: Sequence[Candidate], records: Mapping[tuple[str, str], Record],
                tolerance: float) -> dict[str, float]:
     """The fastest accepted profile of each candidate key, over the backends in `records`."""

@@ -14,7 +14,7 @@ from korch.pipeline import enumerate_all, optimize, run_fission
 from korch.profile.database import ProfileDB, Record, Rejection, machine_fingerprint
 from korch.profile.guided import profile_last
 from korch.profile.profiler import profile, record_version
-from korch.profile.prune import best_times, floor_seconds
+from korch.profile.prune import best_times, floor_seconds, single_times
 from korch.profile.timing import Timing
 from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, OptimizeSettings
 
@@ -56,6 +56,22 @@ def test_floor_is_the_linear_primitives_best_single_times_or_the_bytes_moved(fis
         assert floor_seconds(graph, c, single, 1e12) == pytest.approx(max(linear, io / 1e12), rel=1e-12)
         assert floor_seconds(graph, c, single, 1e3) == pytest.approx(io / 1e3)      # slow memory: the bytes
         assert floor_seconds(graph, c, {}, 1e12) == pytest.approx(io / 1e12)         # no single time: free
+
+
+def test_single_times_cover_every_node_of_a_shared_key() -> None:
+    """Two convs of the same shapes (different weights) share a key: both get its time alone."""
+    w = [helper.make_tensor(n, TensorProto.FLOAT, [4, 4, 3, 3], [0.01 * ((i + k) % 5) for i in range(144)])
+         for k, n in enumerate(("w1", "w2"))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "twin", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], w)
+    g = run_fission(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)).graph
+    small = enumerate_all(g, OptimizeSettings(threads=1, backends=("onnxruntime",))).small
+    convs = [c for c in small if c.size == 1 and g.nodes[c.nodes[0]].op == "conv"]
+    assert len(convs) == 2 and convs[0].key == convs[1].key
+    single = single_times(small, {convs[0].key: 2e-3})
+    assert single == {convs[0].nodes[0]: 2e-3, convs[1].nodes[0]: 2e-3}
 
 
 def test_best_times_reads_accepted_profiles_only(fissioned) -> None:
