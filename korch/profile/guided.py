@@ -168,12 +168,16 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
     at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
     alone, its tensors in and out moved once at bandwidth; linear primitives not yet timed alone are
-    timed first, on the other backends of `pools` that take them): a round measures the fused kernels the
+    timed first, on the other backends of `pools` that take them). A round takes the fused kernels the
     split-plan BLP (or its LP relaxation) would choose at those floors, and their rivals, up to
-    `inductor_batch`; rounds go on until a solve chooses only measured kernels (no other kernel of
-    these backends could then lower the plan, if the floors hold) or `inductor_budget` kernels were
-    measured. A linear primitive alone is not a candidate: its floor is the best time measured for
-    it, so it could at most tie. A finished problem is remembered, so a warm run measures nothing."""
+    `inductor_batch`. If their backend never ran one of their linear primitives alone, it runs those
+    first instead (one compile per key) and the floors rise to its own times (`refine`); else the
+    round measures them. Rounds go on until a solve chooses only measured kernels (no other kernel of
+    these backends could then lower the plan, if the floors hold), the LP's bound reaches the fastest
+    whole model, or `inductor_budget` kernels were measured. A linear primitive alone is never chosen
+    for itself: its floor is the best time measured for it, so it could at most tie. A finished
+    problem is remembered, so a warm run measures nothing.
+    """
     if not regions:
         return outcome
     ps = settings.profile
@@ -223,15 +227,41 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
             got = got.merged(more)
             records.update(more.records)
             usable.update(_usable(more.records, got.tolerance))
-            best = best_times(unique, records, got.tolerance)
-        single = single_times(small, best)
         bandwidth = MachinePeaks.measure().bytes_per_s
-        floors = {pair: floor_seconds(graph, c, single, bandwidth) for pair, c in pending.items()}
+        alone = {c.nodes[0]: c for c in small if _linear_alone(graph, c)}
+        floors: dict[tuple[str, str], float] = {}
+
+        def refloor() -> None:
+            """Each pending kernel's floor, from the best times alone and its own backend's."""
+            best = best_times(unique, records, got.tolerance)
+            single = single_times(small, best)
+            own = {name: {i: usable[(c.key, name)] for i, c in alone.items() if (c.key, name) in usable}
+                   for name in regions}
+            floors.update({(key, name): floor_seconds(graph, c, single, bandwidth, own[name])
+                           for (key, name), c in pending.items()})
+
+        def refine(picked: Sequence[tuple[str, str]]) -> int:
+            """Before a round measures fused kernels, their backend's own time alone for each of their
+            linear primitives it never ran alone (one per key), and the floors again: a fused kernel
+            runs each of them through the library it calls for it alone (Inductor's convs ran 2-5x
+            onnxruntime's here), so one compile may raise the floors of many. The kernels measured."""
+            want: dict[str, dict[str, Candidate]] = {}
+            for key, name in picked:
+                for i in pending[(key, name)].nodes:
+                    if i in alone and (alone[i].key, name) not in records:
+                        want.setdefault(name, {})[alone[i].key] = alone[i]
+            if not want:
+                return 0
+            measure({name: list(cs.values()) for name, cs in want.items()})
+            refloor()
+            return sum(map(len, want.values()))
+
+        refloor()
         legal = len(pending)
         solve_split, relax = _solvers(graph, settings, boundary)
         rounds, stable = solve_until_stable(everything, usable, pending, floors, whole, solve_split, measure,
                                             ps.guide_rounds, ps.inductor_batch, relax, ps.inductor_budget,
-                                            bar=_best_whole(everything, usable, whole))
+                                            bar=_best_whole(everything, usable, whole), refine=refine)
         db.put_guided_done(problem)
         log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
                  ", ".join(regions), legal - len(pending), legal, rounds,
@@ -278,7 +308,8 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
                        measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
                        max_rounds: int, batch_size: int = 1,
                        relax: Callable[[list[Option]], Relaxation | None] | None = None,
-                       budget: int | None = None, bar: float | None = None) -> tuple[int, bool]:
+                       budget: int | None = None, bar: float | None = None,
+                       refine: Callable[[Sequence[tuple[str, str]]], int] | None = None) -> tuple[int, bool]:
     """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -296,7 +327,11 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
     if their optimistic costs hold). That too counts as stable.
 
     `budget`: at most this many pending kernels are measured in all (those a solve chose first); once
-    they are, the loop ends as if at `max_rounds`."""
+    they are, the loop ends as if at `max_rounds`.
+
+    `refine(picked)`: called with a round's pairs before they are measured; if it measures other
+    kernels instead (returns how many: they count against `budget`) and raises `optimistic` costs
+    in place, the round ends there and the next solves again, the pairs still pending."""
     rounds = spent = 0
     while rounds < max_rounds and (budget is None or spent < budget):
         rounds += 1
@@ -323,6 +358,11 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
         picked = fresh + rivals[:max(0, batch_size - len(fresh))]
         if budget is not None:
             picked = picked[:budget - spent]
+        if refine is not None and (extra := refine(picked)):
+            spent += extra
+            log.info("guided profiling, round %d: %d kernel(s) measured first to raise the floors of the %d chosen",
+                     rounds, extra, len(picked))
+            continue
         spent += len(picked)
         want: dict[str, list[Candidate]] = {}
         for key, name in picked:

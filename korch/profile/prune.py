@@ -44,14 +44,21 @@ def worth_profiling(graph: Graph, candidates: Sequence[Candidate], budget: int) 
     return [c for c in candidates if c.key in chosen]
 
 
-def floor_seconds(graph: Graph, candidate: Candidate, single: Mapping[int, float], bytes_per_s: float) -> float:
+def floor_seconds(graph: Graph, candidate: Candidate, single: Mapping[int, float], bytes_per_s: float,
+                  own: Mapping[int, float] | None = None) -> float:
     """A floor under any kernel of `candidate` on this machine: its linear primitives as fast as the
     fastest kernel measured for each alone (`single`: node index -> seconds; a fused kernel still
     calls a matmul/conv library for them), and at least its input and output bytes moved once at
-    memory bandwidth. Linear primitives with no single measured count as free."""
-    linear = sum(single.get(i, 0.0) for i in candidate.nodes if graph.nodes[i].klass == PrimClass.LINEAR)
+    memory bandwidth. Linear primitives with no single measured count as free.
+
+    `own`: the kernel's backend's own time for some linear primitives alone; the floor is at least
+    the largest of its linear primitives' (the library that backend calls for one runs in any of its
+    kernels that holds it; not their sum, since layout conversions at a kernel's edges are paid once)."""
+    lin = [i for i in candidate.nodes if graph.nodes[i].klass == PrimClass.LINEAR]
+    linear = sum(single.get(i, 0.0) for i in lin)
+    alone = max((own[i] for i in lin if i in own), default=0.0) if own else 0.0
     io = sum(graph.types[v].nbytes for v in (*candidate.inputs, *candidate.outputs) if graph.types[v].is_static)
-    return max(linear, io / bytes_per_s)
+    return max(linear, alone, io / bytes_per_s)
 
 
 def single_times(candidates: Sequence[Candidate], best: Mapping[str, float]) -> dict[int, float]:

@@ -122,3 +122,50 @@ def test_a_bar_no_split_plan_can_beat_stops_the_loop_before_measuring(seed: int)
                                             solve_split, measure, max_rounds=100, relax=relax, bar=bar)
         assert stable
         assert (not asked) is stops, (bar, bound, asked)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_refine_that_raises_floors_ends_the_round_and_still_reaches_the_optimum(seed: int) -> None:
+    """`refine` measures something else first (here nothing real: it reports 3 kernels) and raises every
+    pending floor to just under the true cost: that round measures none of the kernels it picked, the
+    next solves again at the new floors, and the loop still ends at the optimum over every kernel.
+    What refine measured counts against the budget: with a budget of 3, nothing else is measured."""
+    for budget in (None, 3):
+        rng = np.random.default_rng(100 + seed)
+        graph = (mlp_gelu if seed % 2 else conv_bias_relu)(rng)
+        cands = [c for c in enumerate_candidates(graph, CandidateLimits()) if c.size < len(graph.nodes)]
+        pools = {"a": cands, "b": cands}
+        true = {(c.key, name): float(rng.uniform(1, 10) * c.size ** rng.uniform(0.3, 1.0)) for c in cands
+                for name in pools}
+        measured = {pair: cost for pair, cost in true.items() if rng.random() < 0.2}
+        pending = {(c.key, name): c for c in cands for name in pools if (c.key, name) not in measured}
+        optimistic = {pair: true[pair] * 0.1 for pair in pending}
+        asked: list[tuple[str, str]] = []
+        refined: list[int] = []
+
+        def measure(want) -> None:
+            for name, cs in want.items():
+                for c in cs:
+                    asked.append((c.key, name))
+                    measured[(c.key, name)] = true[(c.key, name)]
+
+        def refine(picked) -> int:
+            assert picked and all(p in pending for p in picked)
+            if refined:
+                return 0
+            refined.append(len(asked))
+            optimistic.update({pair: true[pair] * 0.99 for pair in pending})
+            return 3
+
+        def solve_split(options):
+            return solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes))).chosen
+
+        rounds, stable = solve_until_stable(pools, measured, pending, optimistic, len(graph.nodes), solve_split,
+                                            measure, max_rounds=100, batch_size=2, budget=budget, refine=refine)
+        assert refined == [0]
+        if budget is not None:
+            assert not stable and not asked and rounds == 1
+            continue
+        assert stable and rounds >= 2 and asked
+        best = sum(o.cost for o in solve_split(_all(pools, true)))
+        assert sum(o.cost for o in solve_split(_all(pools, measured))) == pytest.approx(best, rel=1e-9)
