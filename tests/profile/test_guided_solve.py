@@ -19,13 +19,7 @@ from tests.backends.graphs import conv_bias_relu, mlp_gelu
 def test_lower_bounds_lead_to_the_exhaustive_optimum(seed: int, relaxed: bool) -> None:
     rng = np.random.default_rng(seed)
     batch = 1 + 4 * (seed % 3)
-    graph = (mlp_gelu if seed % 2 else conv_bias_relu)(rng)
-    cands = [c for c in enumerate_candidates(graph, CandidateLimits()) if c.size < len(graph.nodes)]
-    pools = {"a": cands, "b": cands}
-    true = {(c.key, name): float(rng.uniform(1, 10) * c.size ** rng.uniform(0.3, 1.0)) for c in cands
-            for name in pools}
-    measured = {pair: cost for pair, cost in true.items() if rng.random() < 0.2}
-    pending = {(c.key, name): c for c in cands for name in pools if (c.key, name) not in measured}
+    graph, pools, true, measured, pending = _problem(rng, seed)
     optimistic = {pair: true[pair] * rng.uniform(0.3, 1.0) for pair in pending}
     asked: list[tuple[str, str]] = []
 
@@ -55,6 +49,19 @@ def test_lower_bounds_lead_to_the_exhaustive_optimum(seed: int, relaxed: bool) -
     assert chosen_cost == pytest.approx(best, rel=1e-9)
     if batch == 1:                        # (a larger batch may measure every kernel of these small graphs)
         assert len(measured) < len(true)
+
+
+def _problem(rng, seed: int):
+    """A small graph's candidates on two backends, a random true cost for each, about a fifth of them
+    measured: (graph, pools, true, measured, pending)."""
+    graph = (mlp_gelu if seed % 2 else conv_bias_relu)(rng)
+    cands = [c for c in enumerate_candidates(graph, CandidateLimits()) if c.size < len(graph.nodes)]
+    pools = {"a": cands, "b": cands}
+    true = {(c.key, name): float(rng.uniform(1, 10) * c.size ** rng.uniform(0.3, 1.0)) for c in cands
+            for name in pools}
+    measured = {pair: cost for pair, cost in true.items() if rng.random() < 0.2}
+    pending = {(c.key, name): c for c in cands for name in pools if (c.key, name) not in measured}
+    return graph, pools, true, measured, pending
 
 
 def _all(pools, costs):
@@ -131,14 +138,7 @@ def test_a_refine_that_raises_floors_ends_the_round_and_still_reaches_the_optimu
     next solves again at the new floors, and the loop still ends at the optimum over every kernel.
     What refine measured counts against the budget: with a budget of 3, nothing else is measured."""
     for budget in (None, 3):
-        rng = np.random.default_rng(100 + seed)
-        graph = (mlp_gelu if seed % 2 else conv_bias_relu)(rng)
-        cands = [c for c in enumerate_candidates(graph, CandidateLimits()) if c.size < len(graph.nodes)]
-        pools = {"a": cands, "b": cands}
-        true = {(c.key, name): float(rng.uniform(1, 10) * c.size ** rng.uniform(0.3, 1.0)) for c in cands
-                for name in pools}
-        measured = {pair: cost for pair, cost in true.items() if rng.random() < 0.2}
-        pending = {(c.key, name): c for c in cands for name in pools if (c.key, name) not in measured}
+        graph, pools, true, measured, pending = _problem(np.random.default_rng(100 + seed), seed)
         optimistic = {pair: true[pair] * 0.1 for pair in pending}
         asked: list[tuple[str, str]] = []
         refined: list[int] = []
