@@ -666,6 +666,39 @@ def test_a_whole_model_profiled_in_a_slow_spell_is_timed_again_and_meets_the_cha
     assert len(looks) == 1 and looks[0].startswith("onnxruntime's whole model") and "compared side by side" in looks[0]
 
 
+def test_a_slow_compiling_whole_model_not_kept_compiled_gets_no_second_look(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Inductor's whole model profiles 100x slow, and the cache keeps no compiled kernel of it (as when a
+    profile came from the database and the kernel store was cleared): compiling it again for a second
+    look would cost more than the look (45 s on yolox-nano), so it is not timed again, and says so."""
+    pytest.importorskip("torch")
+    import logging
+
+    import korch.profile.profiler as profiler
+    import korch.select.measured as measured
+
+    measure_one = profiler._measure_one
+
+    def inductor_whole_model_slow(graph, job, *args):
+        record = measure_one(graph, job, *args)
+        if (job.backend == "inductor" and len(job.candidate.nodes) == len(graph.nodes)
+                and record.median_s is not None):
+            record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
+        return record
+
+    monkeypatch.setattr(profiler, "_measure_one", inductor_whole_model_slow)
+    monkeypatch.setattr(measured, "stored_kernels", lambda plan, *args: plan)        # nothing kept compiled
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
+                                profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=1),
+                                selection=replace(QUICK_SELECTION, contender_factor=10.0))
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, "korch.select"):
+        _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, settings)
+    assert "inductor" not in stats.selection.side_by_side_ms
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("inductor's whole model") and "not timed again" in m for m in messages), messages
+    assert not any("timed again at" in m for m in messages)
+
+
 @pytest.mark.parametrize("name", ["gpt-mini", "gpt-mini-lowest"])
 def test_causal_attention_masks_optimize_and_check(name: str, db: ProfileDB) -> None:
     """Masked scores of -inf or the dtype's lowest value cross kernel boundaries (primitive kernels

@@ -26,7 +26,9 @@ close contenders wrongly. So:
    `multi_kernel_margin`; otherwise the last duel's winner, a whole-model kernel, is the plan.
    An engine whose whole model profiled beyond `contender_factor` of the rest is not trusted to its
    profile (a slow spell can triple one): it is compiled and timed once more beside the champion,
-   and joins the duels if it is within the factor after all (`_second_look`).
+   and joins the duels if it is within the factor after all (`_second_look`); not if its engine
+   compiles slowly and the cache keeps no compiled kernel of it (Inductor's whole model took 45 s to
+   compile again for a look).
    Before they are timed, the split plan and each contender are checked against onnxruntime on
    fresh random inputs (verify.PlanChecker: the accuracy policy that also judges the final plan).
    A split plan that disagrees is not dropped at once: its errors add up from kernels that each
@@ -56,7 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from korch.backends import Kernel
+from korch.backends import Kernel, get_backend
 from korch.errors import VerificationError
 from korch.frontend.regions import OnnxSource
 from korch.heap import release_freed_heap
@@ -270,6 +272,14 @@ class _Context:
         """`plan` with the kernels the cache keeps compiled (profiling keeps each engine's whole model
         there), so compiling it loads them instead."""
         return plan if self.store is None else stored_kernels(plan, *self.store)
+
+    def quick_to_compile(self, backend: str) -> bool:
+        """Whether `backend`'s whole model compiles in seconds: its engine does not compile slowly, or
+        the cache keeps it compiled (Inductor's took 45 s to compile again for a second look)."""
+        if not get_backend(backend).compiles_ahead:
+            return True
+        plan = self.stored(self.whole_model(backend)[0])
+        return all(step in plan.artifacts for step in plan.steps)
 
     def cost_key(self, step: Step) -> str:
         """Names a (candidate, backend) pair across runs (Option.key numbers options within one run)."""
@@ -709,6 +719,11 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
             meet(c)
     if champion is not None and ctx.settings.selection.duel_rounds > 0:
         for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
+            if not ctx.quick_to_compile(backend):
+                log.info("%s, profiled at %s, beyond %.2fx: not timed again (its kernel is not kept compiled, and "
+                         "compiling it is slow)", _who(backend), _ms(ctx.whole[backend].cost),
+                         ctx.settings.selection.contender_factor)
+                continue
             if (c := admit(backend)) is not None and _second_look(ctx, champion, c):
                 meet(c)
     if not admitted and not split_timed:    # every contender failed: the other engines, cheapest first
