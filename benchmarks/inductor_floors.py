@@ -4,11 +4,13 @@
 
 profile/guided.py's profile_last gives each unmeasured fused candidate of Inductor a floor
 (prune.floor_seconds: its linear primitives at the best time any backend measured for each alone,
-its tensors in and out moved once at bandwidth) and measures those a split-plan solve would choose
-at it. The solve's answer is exact only if no kernel measures below its floor. This reads the cache
-of a `korch optimize MODEL --cache DIR` and prints, for every accepted Inductor kernel of one of
-MODEL's small candidates, its profile over its floor (now, from the same cache's profiles), and the
-best other backend's profile of the same candidate: quantiles, and the kernels below 1.0x.
+at least Inductor's own time for each alone where it measured one, its tensors in and out moved
+once at bandwidth) and measures those a split-plan solve would choose at it. The solve's answer is
+exact only if no kernel measures below its floor. This reads the cache of a `korch optimize MODEL
+--cache DIR` and prints, for every accepted Inductor kernel of one of MODEL's fused candidates
+(linear primitives alone, measured only to raise floors, are counted apart), its profile over its
+floor (drawn now, from the same cache's profiles, as profile_last draws it), and the best other
+backend's profile of the same candidate: quantiles, and the kernels below 1.0x.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main() -> None:
 
     from korch.backends import get_backend
     from korch.costmodel import MachinePeaks
+    from korch.ir.ops import PrimClass
     from korch.pipeline import enumerate_all, run_fission
     from korch.profile.database import ProfileDB, machine_fingerprint
     from korch.profile.profiler import record_version
@@ -50,22 +53,31 @@ def main() -> None:
     times = best_times(list(small.values()), inductor, tolerance)
     if not times:
         sys.exit(f"{args.cache}: no Inductor profiles of {args.model}'s small candidates at {args.threads} threads")
-    best = best_times(list(small.values()), others, tolerance)
-    single = single_times(every, best)
+    best_other = best_times(list(small.values()), others, tolerance)
+    # the floors as profile_last draws them: best times alone over every backend, Inductor's own too
+    single = single_times(every, best_times(list(small.values()), {**others, **inductor}, tolerance))
+    own = single_times(every, times)
     bandwidth = MachinePeaks.measure().bytes_per_s
     rows = []
+    alone = 0
     for k, t in times.items():
-        floor = floor_seconds(graph, small[k], single, bandwidth)
-        rows.append((t / floor, t, best.get(k)))
+        c = small[k]
+        if c.size == 1 and graph.nodes[c.nodes[0]].klass == PrimClass.LINEAR:
+            alone += 1                 # measured to raise floors, not floored itself
+            continue
+        floor = floor_seconds(graph, c, single, bandwidth, own)
+        rows.append((t / floor, t, best_other.get(k)))
+    if not rows:
+        sys.exit(f"{args.cache}: Inductor measured no fused candidate of {args.model} ({alone} linear primitives alone)")
     rows.sort()
     ratios = [r[0] for r in rows]
     q = lambda p: ratios[min(len(ratios) - 1, int(p * (len(ratios) - 1) + 0.5))]  # noqa: E731
     faster = sum(1 for _, t, b in rows if b is not None and t < b)
-    print(f"{args.model}: {len(rows)} Inductor kernels of small candidates; bandwidth {bandwidth / 1e9:.1f} GB/s")
+    print(f"{args.model}: {len(rows)} Inductor kernels of fused candidates, {alone} of linear primitives alone; "
+          f"bandwidth {bandwidth / 1e9:.1f} GB/s")
     print("| measured / floor: min | p10 | median | below 1.0x | faster than the best other backend on the same candidate |")
     print("|---:|---:|---:|---:|---:|")
     print(f"| {ratios[0]:.2f} | {q(0.1):.2f} | {q(0.5):.2f} | {sum(r < 1 for r in ratios)} | {faster} of {len(rows)} |")
-
 
 if __name__ == "__main__":
     main()

@@ -540,6 +540,22 @@ def test_accuracy_policy_follows_the_fp32_floor() -> None:
     assert policy.tolerance(0.0) == policy.rtol
 
 
+def _whole_model_profiled_slow(monkeypatch: pytest.MonkeyPatch, backend: str | None) -> None:
+    """Profiles of `backend`'s whole-model kernel (every backend's: None) read 100x their time."""
+    import korch.profile.profiler as profiler
+
+    measure_one = profiler._measure_one
+
+    def slow(graph, job, *args):
+        record = measure_one(graph, job, *args)
+        if (backend in (None, job.backend) and len(job.candidate.nodes) == len(graph.nodes)
+                and record.median_s is not None):
+            record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
+        return record
+
+    monkeypatch.setattr(profiler, "_measure_one", slow)
+
+
 @pytest.mark.parametrize("whole_wins", [True, False])
 def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -548,17 +564,8 @@ def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp
     again. The whole model's profile is inflated so the split plan is always compiled and timed."""
     from dataclasses import replace
 
-    import korch.profile.profiler as profiler
 
-    measure_one = profiler._measure_one
-
-    def whole_model_slow(graph, job, *args):
-        record = measure_one(graph, job, *args)
-        if len(job.candidate.nodes) == len(graph.nodes) and record.median_s is not None:
-            record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
-        return record
-
-    monkeypatch.setattr(profiler, "_measure_one", whole_model_slow)
+    _whole_model_profiled_slow(monkeypatch, None)
     settings = replace(ORT_ONLY, profile=QUICK_PROFILE, selection=replace(
         QUICK_SELECTION, multi_kernel_margin=0.0 if whole_wins else 1e9))
     model = zoo.to_model_proto("candy-mini")
@@ -643,18 +650,8 @@ def test_a_whole_model_profiled_in_a_slow_spell_is_timed_again_and_meets_the_cha
     pytest.importorskip("openvino")
     import logging
 
-    import korch.profile.profiler as profiler
 
-    measure_one = profiler._measure_one
-
-    def ort_whole_model_slow(graph, job, *args):
-        record = measure_one(graph, job, *args)
-        if (job.backend == "onnxruntime" and len(job.candidate.nodes) == len(graph.nodes)
-                and record.median_s is not None):
-            record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
-        return record
-
-    monkeypatch.setattr(profiler, "_measure_one", ort_whole_model_slow)
+    _whole_model_profiled_slow(monkeypatch, "onnxruntime")
     settings = OptimizeSettings(threads=1, backends=("onnxruntime", "openvino"), calibration=QUICK_CALIBRATION,
                                 profile=QUICK_PROFILE, selection=replace(QUICK_SELECTION, contender_factor=10.0))
     with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, "korch.select"):
@@ -674,19 +671,9 @@ def test_a_slow_compiling_whole_model_not_kept_compiled_gets_no_second_look(
     pytest.importorskip("torch")
     import logging
 
-    import korch.profile.profiler as profiler
     import korch.select.measured as measured
 
-    measure_one = profiler._measure_one
-
-    def inductor_whole_model_slow(graph, job, *args):
-        record = measure_one(graph, job, *args)
-        if (job.backend == "inductor" and len(job.candidate.nodes) == len(graph.nodes)
-                and record.median_s is not None):
-            record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
-        return record
-
-    monkeypatch.setattr(profiler, "_measure_one", inductor_whole_model_slow)
+    _whole_model_profiled_slow(monkeypatch, "inductor")
     monkeypatch.setattr(measured, "stored_kernels", lambda plan, *args: plan)        # nothing kept compiled
     settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
                                 profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=1),
