@@ -117,7 +117,9 @@ class SelectionSettings:
     # fastest whole-model kernel, side by side; otherwise that one kernel is the plan.
     multi_kernel_margin: float = 0.98
     # Whole-model kernels that join the comparison: the cheapest, and any whose profile is within
-    # this factor of the split plan's time (close enough that profiling noise may order them wrong).
+    # this factor of the faster of the split plan's measured time and the cheapest whole model's
+    # profile (close enough that profiling noise may order them wrong); one beyond it is timed again
+    # once beside the champion (measured.py `_second_look`).
     # The split plan is compiled and timed only if its predicted time is within this factor too.
     contender_factor: float = 1.25
     # Rounds of the side-by-side comparison (0: none), each running every contender as `korch bench` does.

@@ -52,3 +52,20 @@ def test_a_duel_is_decided_by_the_ratio_within_rounds_not_by_the_medians(split_f
 
     samples[SPLIT] = [97.0, 97.0, 101.0, 101.0, 101.0]                   # 0.97-0.971x in every round
     assert _duel(ctx, *((split, whole) if split_first else (whole, split))).winner == SPLIT  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("split_ms", "expected"), [
+    (None, ["onnxruntime", "openvino"]),           # no split plan timed: within 1.25x of the cheapest profile
+    (25.0, ["onnxruntime", "openvino"]),           # a split plan a little faster: the same
+    (18.0, ["onnxruntime"]),                       # much faster: only the cheapest joins (it always does)
+    (47.7, ["onnxruntime", "openvino"]),           # read slow: the cheapest whole model's profile bounds the bar
+])
+def test_contenders_are_within_the_factor_of_the_faster_of_the_split_plan_and_the_cheapest_whole(
+        split_ms: float | None, expected: list[str]) -> None:
+    """Inductor's whole model (44.4 ms) is a contender only if something could be that slow: a split plan
+    timed at 47.7 ms in a slow spell no longer makes it one while onnxruntime's profiled at 25.3 ms."""
+    whole = {"onnxruntime": SimpleNamespace(cost=25.3e-3), "openvino": SimpleNamespace(cost=30.4e-3),
+             "inductor": SimpleNamespace(cost=44.4e-3)}
+    ctx = SimpleNamespace(settings=SimpleNamespace(selection=SelectionSettings(contender_factor=1.25)), whole=whole)
+    split = None if split_ms is None else SimpleNamespace(measured_s=split_ms * 1e-3)
+    assert measured._contenders(ctx, split) == expected
