@@ -123,7 +123,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
         nonlocal got
-        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, got)
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, outcome.tolerance))
@@ -190,8 +190,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                              settings.threads, machine)
         first[name] = [c for c in (*own, *unique) if c.key in stored]
         carry[name] = [c for c in own if c.key not in stored]
-    got = outcome.merged(_profile(graph, first, db, settings, machine, source, progress, outcome.fp32_error, keep,
-                                  outcome))
+    got = outcome.merged(_profile(graph, first, db, settings, machine, source, progress, outcome.fp32_error, keep))
     records = dict(got.records)
     usable = _usable(records, got.tolerance)
 
@@ -201,7 +200,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         40 kernels took 73 + 46 s against 99 s together)."""
         nonlocal got
         want = {name: [*carry.pop(name, ()), *want.get(name, ())] for name in {*want, *carry}}
-        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, got)
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, got.tolerance))
@@ -224,7 +223,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         want = {name: list({c.key: c for c in cs if c.key in lone and (c.key, name) not in records}.values())
                 for name, cs in pools.items()}
         if any(want.values()):
-            more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, got)
+            more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
             got = got.merged(more)
             records.update(more.records)
             usable.update(_usable(more.records, got.tolerance))
@@ -395,12 +394,9 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
 
 def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
              machine: str, source: OnnxSource | None, progress: Progress | None,
-             fp32_error: float | None = None, keep: KeepKernel | None = None,
-             after: ProfileOutcome | None = None) -> ProfileOutcome:
-    """`after`: the outcome of this run's previous profile, whose speed watch's sentinel this one reads
-    instead of compiling its own (guided rounds compiled one each, 10 s on a guided yolox-nano)."""
+             fp32_error: float | None = None, keep: KeepKernel | None = None) -> ProfileOutcome:
     return profile(graph, pools, db, settings.threads, machine, settings.profile, settings.accuracy, settings.seed,
-                   progress, source, fp32_error, keep, after.speed_reader if after is not None else None)
+                   progress, source, fp32_error, keep)
 
 
 def _refuse_illegal(graph: Graph, pending: dict[tuple[str, str], Candidate], records: dict[tuple[str, str], Record],

@@ -90,9 +90,6 @@ class ProfileOutcome:
     retimed: int = 0              # kernels timed again because the machine was slow when they were first timed
     slowest: float | None = None  # the machine's slowest speed reading over its fastest (None: not watched)
     ahead: int = 0                # kernels compiled ahead in worker processes and loaded (profile/ahead.py)
-    # The speed watch's reader (its sentinel kernel, compiled): a later profile in the same run passes
-    # it back as `speed_reader` instead of compiling a sentinel of its own (guided rounds: 0.5 s each).
-    speed_reader: Callable[[], float] | None = field(default=None, compare=False, repr=False)
 
     def merged(self, more: ProfileOutcome) -> ProfileOutcome:
         """This outcome and `more`, a later profile of other pairs at the same tolerance: their records,
@@ -103,8 +100,7 @@ class ProfileOutcome:
         slowest = max((x for x in (self.slowest, more.slowest) if x is not None), default=None)
         return ProfileOutcome({**self.records, **more.records}, self.measured + more.measured,
                               self.stored + more.stored, self.tolerance, self.fp32_error, seconds,
-                              self.retimed + more.retimed, slowest, self.ahead + more.ahead,
-                              more.speed_reader or self.speed_reader)
+                              self.retimed + more.retimed, slowest, self.ahead + more.ahead)
 
 
 def accepted(record: Record, tolerance: float) -> bool:
@@ -198,7 +194,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
 
     Kernels timed while the machine ran slow are timed again (korch/profile/speed.py): its speed is
     read by timing a small kernel again every `watch_interval_s`, or by `speed_reader` when given
-    (seconds per reading: an earlier outcome's `speed_reader`, or a test's stand-in for that kernel).
+    (seconds per reading: a test's stand-in for that kernel).
     """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
@@ -367,8 +363,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                     "they are left out of this run's plan and profiled again next run",
                     len(transient), transient[0].reason)
     return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, retimed,
-                          watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0,
-                          reader or speed_reader)
+                          watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0)
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:

@@ -53,37 +53,3 @@ def test_a_model_profiled_in_full_is_not_solved_again_once_its_backend_is_guided
     with ProfileDB(trained) as db:
         _, _, again = optimize(zoo.to_model_proto("candy-mini"), db, SETTINGS)
     assert again.guide.backends == ("onnxruntime",) and again.guide.rounds == 0 and again.profiled_new == 0
-
-
-def test_guided_rounds_share_one_speed_watch_sentinel(trained: Path, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each profile call compiled a sentinel kernel of its own for the speed watch (0.5 s a guided round
-    on yolox-nano): now the rounds of one optimize read the first one's, and still read it."""
-    import shutil
-
-    import korch.profile.profiler as profiler
-
-    made = []
-    sentinel = profiler._sentinel
-
-    def counted(*args, **kwargs):
-        reader = sentinel(*args, **kwargs)
-        made.append(reader)
-        return reader
-
-    monkeypatch.setattr(profiler, "_sentinel", counted)
-    reads = []
-    read = profiler.SpeedWatch.read
-
-    def counted_read(self, done: int, seconds: float) -> None:
-        reads.append(done)
-        read(self, done, seconds)
-
-    monkeypatch.setattr(profiler.SpeedWatch, "read", counted_read)
-    shutil.copy(trained, tmp_path / "profiles.sqlite")
-    settings = replace(SETTINGS, profile=replace(QUICK_PROFILE, watch_interval_s=0.0, watch_sentinel_s=(0.0, 1.0)))
-    with ProfileDB(tmp_path / "profiles.sqlite") as db:
-        _, _, stats = optimize(zoo.to_model_proto("yolox-mini"), db, settings)       # (no other test guides it)
-    assert stats.guide.rounds >= 2, stats.guide
-    assert len(made) == 1 and made[0] is not None
-    assert len(reads) > stats.guide.rounds
