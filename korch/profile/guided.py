@@ -194,16 +194,19 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     records = dict(got.records)
     usable = _usable(records, got.tolerance)
 
-    def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
-        """Profile `want`, and the regions not profiled yet: one batch of compiles ahead, so the small
-        kernels fill the workers while the largest region compiles (apart, yolox-nano's 4 regions and
-        40 kernels took 73 + 46 s against 99 s together)."""
+    def absorb(want: Mapping[str, Sequence[Candidate]]) -> None:
+        """Profile `want` and take in its records."""
         nonlocal got
-        want = {name: [*carry.pop(name, ()), *want.get(name, ())] for name in {*want, *carry}}
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, got.tolerance))
+
+    def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
+        """Profile `want`, and the regions not profiled yet: one batch of compiles ahead, so the small
+        kernels fill the workers while the largest region compiles (apart, yolox-nano's 4 regions and
+        40 kernels took 73 + 46 s against 99 s together)."""
+        absorb({name: [*carry.pop(name, ()), *want.get(name, ())] for name in {*want, *carry}})
 
     everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
     problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
@@ -223,10 +226,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         want = {name: list({c.key: c for c in cs if c.key in lone and (c.key, name) not in records}.values())
                 for name, cs in pools.items()}
         if any(want.values()):
-            more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
-            got = got.merged(more)
-            records.update(more.records)
-            usable.update(_usable(more.records, got.tolerance))
+            absorb(want)
         bandwidth = MachinePeaks.measure().bytes_per_s
         alone = {c.nodes[0]: c for c in small if _linear_alone(graph, c)}
         floors: dict[tuple[str, str], float] = {}

@@ -3,9 +3,9 @@
 Compiling a candidate with Inductor costs about a second, so it sees few of them. Profiled after
 the other backends (profile/guided.py: profile_last), it compiles the fused candidates a split-plan
 solve would choose if each ran at `floor_seconds`, a floor under any kernel of it built from those
-backends' profiles and from its own time for each linear primitive alone. Profiled with them (guided by its cost model, or before any profile exists), it
-takes `worth_profiling`: every linear primitive alone first, then the fused candidates that keep the
-most intermediate bytes out of memory. On yolox-nano, efficientvit-b1 and segformer-b0 at 2 threads,
+backends' profiles and from its own time for each linear primitive alone. Profiled with them (guided
+by its cost model, or before any profile exists), it takes `worth_profiling`: every linear primitive
+alone first, then the fused candidates that keep the most intermediate bytes out of memory. On yolox-nano, efficientvit-b1 and segformer-b0 at 2 threads,
 0, 1 and 1 of the 40 kernels that chose ran faster than onnxruntime on the same candidate: for a conv
 alone Inductor calls a library, 2-5x slower than onnxruntime's here (benchmarks/inductor_headroom.py,
 BENCHMARKS.md). Legality is not decided here.

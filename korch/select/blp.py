@@ -391,14 +391,6 @@ def relaxation(options: Sequence[Option], graph_inputs: Iterable[str], graph_out
     return Relaxation(tuple(o for o, x in zip(options, lp.x) if x > _INTEGRAL), float(lp.fun) / COST_SCALE)
 
 
-def relaxed_support(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
-                    required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
-                    boundary: BoundaryCost | None = None) -> tuple[Option, ...] | None:
-    """The support of `relaxation` (None if the LP was not solved)."""
-    r = relaxation(options, graph_inputs, graph_outputs, required, time_limit, boundary)
-    return None if r is None else r.support
-
-
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
           required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
           boundary: BoundaryCost | None = None) -> Selection:
