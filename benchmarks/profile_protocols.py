@@ -1,6 +1,7 @@
 """Which way of timing a kernel alone predicts what it costs inside a plan?
 
     python benchmarks/profile_protocols.py MODEL [--pieces 24] [--engines onnxruntime] [--threads 2] [--rounds 15]
+                                          [--sweeps 4,16]
 
 Builds a split plan of MODEL: `--pieces` regions of whole ONNX nodes, cut where one tensor is live,
 engines taken in turn from `--engines`. Its kernels are compiled once, then timed, in alternation
@@ -10,7 +11,9 @@ round after round so that the machine's drift falls on every protocol alike:
 - in plan:      each step inside plan runs (`Session.step_times`): its true cost among its neighbours;
 - hot:          each kernel alone, its calls back to back (no sweep);
 - swept:        each kernel alone, a cache sweep before every call, its calls one after another (the
-                profiler up to this script's commit);
+                profiler's CacheSweep, its size from the last-level cache the machine reports);
+- swept N MiB:  the same with a sweep of N MiB, for each N of `--sweeps` (what size of sweep, if any,
+                stands for a kernel's neighbours in a plan);
 - interleaved:  the kernels in rotating order, one call each per round, a sweep before every call
                 (each call then follows another kernel, as in a plan);
 - interleaved, no sweep: the same without the sweep.
@@ -53,6 +56,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--cache", default=None)
+    parser.add_argument("--sweeps", default="", help="sweep sizes to try as well, MiB, comma-separated")
     args = parser.parse_args()
 
     fissioned = run_fission(args.model, cache_dir=args.cache)
@@ -71,14 +75,16 @@ def main() -> int:
     session = Session(plan, [compile_step(plan, step) for step in plan.steps])
     feeds = random_feeds(graph, 0)
     env = {**feeds}
-    for step, kernel in zip(plan.steps, session._ops):        # each kernel's inputs as the plan gives them
+    for step, kernel in zip(plan.steps, session.kernels):        # each kernel's inputs as the plan gives them
         outs = kernel.run([env[i] for i in step.inputs])
         env.update(zip(step.outputs, outs))
-    calls = [lambda op=op, step=step: op.run([env[i] for i in step.inputs]) for op, step in zip(session._ops, plan.steps)]
+    calls = [lambda op=op, step=step: op.run([env[i] for i in step.inputs]) for op, step in zip(session.kernels, plan.steps)]
     sweep = CacheSweep()
+    sweeps = {"swept": sweep, **{f"swept {mib} MiB": CacheSweep(int(float(mib) * (1 << 20)))
+                                 for mib in args.sweeps.split(",") if mib}}
     n = len(calls)
     samples: dict[str, list[list[float]]] = {p: [[] for _ in range(n)] for p in
-                                             ("in plan", "hot", "swept", "interleaved", "interleaved, no sweep")}
+                                             ("in plan", "hot", *sweeps, "interleaved", "interleaved, no sweep")}
     plan_s: list[float] = []
     for call in calls:
         call()
@@ -99,11 +105,12 @@ def main() -> int:
                 t0 = time.perf_counter_ns()
                 call()
                 samples["hot"][k].append((time.perf_counter_ns() - t0) / 1e9)
-            for _ in range(SAMPLES):
-                sweep()
-                t0 = time.perf_counter_ns()
-                call()
-                samples["swept"][k].append((time.perf_counter_ns() - t0) / 1e9)
+            for name, before in sweeps.items():
+                for _ in range(SAMPLES):
+                    before()
+                    t0 = time.perf_counter_ns()
+                    call()
+                    samples[name][k].append((time.perf_counter_ns() - t0) / 1e9)
         order = list(range(n))
         np.random.default_rng(r).shuffle(order)
         for with_sweep, name in ((True, "interleaved"), (False, "interleaved, no sweep")):
@@ -118,7 +125,8 @@ def main() -> int:
     median = {p: [statistics.median(s) for s in per] for p, per in samples.items()}
     plan_median = statistics.median(plan_s)
     in_plan = median["in plan"]
-    print(f"\n{args.model}, {n} {'/'.join(engines)} regions, {args.threads} threads: plan {plan_median * 1e3:.2f} ms "
+    print(f"\nsweep of the profiler: {sweep.nbytes >> 20} MiB")
+    print(f"{args.model}, {n} {'/'.join(engines)} regions, {args.threads} threads: plan {plan_median * 1e3:.2f} ms "
           f"(p10-p90 {np.percentile(plan_s, 10) * 1e3:.2f}-{np.percentile(plan_s, 90) * 1e3:.2f}), "
           f"sum of steps in plan {sum(in_plan) * 1e3:.2f} ms\n")
     print("| protocol | sum of kernels, ms | sum / plan | median abs(kernel / in plan - 1) | p90 |")

@@ -38,10 +38,15 @@ class ProfileSettings:
     # timing goes on until the median is pinned within `precision`, for at most this long (None: as
     # any other kernel). Three engines' whole models cost a cold optimize at most ~9 s more.
     whole_model_max_seconds: float | None = 3.0
-    # Time every kernel but a whole model after a sweep of the last-level cache (timing.CacheSweep), as
-    # it starts in a plan; a whole model runs back to back in use, and is timed so. Part of the
-    # profile records' key, so records timed one way are never read as the other.
-    cold_cache: bool = True
+    # Time every kernel but a whole model after a sweep of the last-level cache (timing.CacheSweep)
+    # instead of back to back. Off: in a plan a kernel's inputs were just written by the kernel before
+    # it and its engine's code is hot, which a sweep evicts too, and a sweep leaves the other cores idle
+    # long enough that waking them is timed. On the AMD host, kernels timed after the 32 MiB sweep
+    # summed to 1.24-1.50x the same kernels' time inside plans of 20-40 onnxruntime regions
+    # (yolox-nano, efficientvit-b1), back to back to 0.99-1.03x; with large kernels (candy, bert-base)
+    # both were within 3% (benchmarks/profile_protocols.py, BENCHMARKS.md). Part of the profile
+    # records' key, so records timed one way are never read as the other.
+    cold_cache: bool = False
     # Inductor compiles cost ~1.3 s each: this many unique small candidates keeps a cold optimize in minutes.
     # Profiled after the other backends, it measures the fused candidates a split-plan solve would choose at
     # their floors (profile/guided.py: profile_last), `inductor_batch` a round (each round starts the compile

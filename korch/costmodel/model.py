@@ -80,8 +80,8 @@ class BackendPrior:
 
 # Starting points, replaced by the learned correction once a backend has data: Inductor's call is
 # BENCHMARKS.md's standalone call (12.7 us); onnxruntime's and OpenVINO's calls and every per-node cost
-# are estimates, not measurements. (Profiled kernels cost far more: ~150 us for the smallest
-# onnxruntime kernel timed after a cache sweep; within one backend only the ratios rank.)
+# are estimates, not measurements. (Profiled kernels may cost far more: ~150 us for the smallest
+# onnxruntime kernel when it was timed after a cache sweep; within one backend only the ratios rank.)
 DEFAULT_PRIORS = {
     "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True),
     "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=True),

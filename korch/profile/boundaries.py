@@ -11,8 +11,7 @@ is the boundary cost, and it is measured, not assumed:
     boundary(H) = (plan time - sum of each kernel timed alone, as the profiler times it) / (blocks - 1)
 
 each timed as korch times kernels and plans (back-to-back calls after warm-up; kernels alone after a
-cache sweep when the profiler sweeps, ProfileSettings.cold_cache: then the parked pool and cold
-cache a kernel meets in a plan are in its profile, and the boundary is what is left), in rounds of
+cache sweep only if the profiler sweeps, ProfileSettings.cold_cache, off by default), in rounds of
 rotating order. Two block kinds stand for
 two layouts: `blocked` (a 1x1 Conv + Relu, which onnxruntime and OpenVINO run in their blocked
 channel layouts, converting at every kernel edge) for 4-D tensors, and `plain` (Mul + Relu) for the
@@ -104,7 +103,7 @@ class BoundaryModel:
         return 0.0 if line is None else line(nbytes)
 
 
-def versions(engines: Iterable[str], cold_cache: bool = True) -> str:
+def versions(engines: Iterable[str], cold_cache: bool = False) -> str:
     """What a stored calibration is keyed by besides machine and threads."""
     timing = "cold-cache" if cold_cache else "hot"
     return "|".join([PROCEDURE, timing] + [f"{e}={get_backend(e).version}" for e in sorted(engines)])
@@ -161,7 +160,7 @@ def chain_plan(model: onnx.ModelProto, engines: Sequence[str], threads: int):
 
 
 def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: int, threads: int,
-                  rounds: int, cold_cache: bool = True, measure_seconds: float = CalibrationSettings.measure_seconds
+                  rounds: int, cold_cache: bool = False, measure_seconds: float = CalibrationSettings.measure_seconds
                   ) -> Sample:
     """One chain, timed as a plan and kernel by kernel (the same compiled kernels), each as korch times
     it (korch.profile.timing.measure: warm-up calls, then back-to-back calls for at least
@@ -220,7 +219,7 @@ def fit(samples: Sequence[Sample]) -> Line:
 
 def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSettings = CalibrationSettings(),
               report: Callable[[Sample], None] | None = None,
-              cold_cache: bool = True, progress: Callable[[int, int, str], None] | None = None
+              cold_cache: bool = False, progress: Callable[[int, int, str], None] | None = None
               ) -> tuple[BoundaryModel, list[Sample]]:
     """Measure every engine pair (same-engine pairs included) at each size and layout, and fit.
     `cold_cache`: kernels alone are timed as the profiler times them (ProfileSettings.cold_cache).
@@ -246,7 +245,7 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
 
 
 def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
-                   settings: CalibrationSettings = CalibrationSettings(), cold_cache: bool = True,
+                   settings: CalibrationSettings = CalibrationSettings(), cold_cache: bool = False,
                    progress: Callable[[int, int, str], None] | None = None) -> BoundaryModel:
     """The stored calibration for these engines, threads and machine; measured and stored if missing.
     `cold_cache`: as the profiles were timed (ProfileSettings.cold_cache); `progress`: see calibrate."""

@@ -59,11 +59,13 @@ SWEPT_CACHE_CAP_BYTES = 16 << 20
 
 class CacheSweep:
     """Reads a buffer twice the last-level cache's size (at most twice SWEPT_CACHE_CAP_BYTES), one byte
-    per cache line: afterwards nothing of the next call's weights, inputs or workspace is cached, and
-    its thread pool has parked (a sweep takes milliseconds). That is how a kernel starts inside a
-    plan, after other kernels ran, rather than on its tenth call in a row
-    (benchmarks/plan_breakdown.py: efficientvit-b1's kernels took 6.0 ms called back to back, 7.1 ms
-    in the plan, 7.8 ms after a sweep)."""
+    per cache line: afterwards nothing of the next call's weights, inputs, workspace or code is cached,
+    and its thread pool has parked (a sweep takes milliseconds). The profiler sweeps before each timed
+    call only with ProfileSettings.cold_cache, off by default: on the Intel host a sweep brought
+    efficientvit-b1's kernels closer to their time in a plan (6.0 ms back to back, 7.1 in the plan, 7.8
+    after a sweep: benchmarks/plan_breakdown.py), but on the AMD host a 32 MiB sweep takes 8-17 ms,
+    and small kernels timed after it summed to 1.24-1.50x their time in plans, back to back to
+    0.99-1.03x (benchmarks/profile_protocols.py)."""
 
     LINE = 64
 
