@@ -82,6 +82,12 @@ class ProfileSettings:
     # end. A burst of this VM ran every kernel 1.4-1.6x slower; its drift over half an hour is 10-15%.
     watch_interval_s: float | None = 5.0
     watch_tolerance: float = 0.25
+    # When more kernels than this are suspect, this many of them, at random, are timed again first:
+    # the rest are timed again only if the sample's second profiles are faster than its first by more
+    # than half the tolerance (a median under 1/sqrt(1 + watch_tolerance)), or the sample itself was
+    # timed in a slow spell. On the AMD host the sentinel alone ran slow: whole passes of 2,300
+    # kernels were timed again for a median 1.02x their first profile (BENCHMARKS.md).
+    watch_check: int = 32
     # A reading times the sentinel for this long (its median over the runs): steadier than a profile.
     watch_read_seconds: float = 0.05
     # The sentinel is the first kernel whose profile falls in this range (seconds): long enough that a

@@ -8,6 +8,9 @@ times it again, the same way, every `ProfileSettings.watch_interval_s`. The kern
 two readings are suspect when either reading is more than `watch_tolerance` slower than the fastest
 reading of the run; they are profiled once more at the end. The second profile is kept, unless it
 too was taken in a slow spell: then the faster of the two (a burst only ever makes a kernel slower).
+When more than `watch_check` kernels are suspect, a random sample of that many is profiled again
+first, and the rest only if the sample came back faster: the sentinel can run slow alone (on the
+AMD host whole passes were flagged, and their kernels timed again measured what they had).
 """
 
 from __future__ import annotations

@@ -93,3 +93,50 @@ def test_the_second_profile_is_kept_unless_it_was_slow_too_or_failed() -> None:
     failed = Record.rejected("k", "onnxruntime", "v", 1, "m", "transient failure: MemoryError", Rejection.TRANSIENT,
                               None)
     assert _second_profile(slow_first, failed, second_slow=False) is slow_first
+
+
+def _spell(monkeypatch, real: bool):
+    """Every kernel's profile is 1 ms, or 2 ms the first time if `real` (a slow spell that slowed the
+    kernels); the sentinel reads slow from its second reading until the first kernel is timed again."""
+    from korch.profile import profiler
+    from korch.profile.timing import Timing
+
+    timed: dict[tuple[str, str], int] = {}
+
+    def fake(graph, job, *args):
+        pair = (job.candidate.key, job.backend)
+        timed[pair] = timed.get(pair, 0) + 1
+        seconds = 2e-3 if real and timed[pair] == 1 else 1e-3
+        return Record.ok(job.candidate.key, job.backend, "v", 1, "m", Timing(seconds, seconds, seconds, 5))
+
+    readings = []
+
+    def reader() -> float:
+        readings.append(1)
+        return 1.0 if len(readings) == 1 or any(n > 1 for n in timed.values()) else 2.0
+
+    monkeypatch.setattr(profiler, "_measure_one", fake)
+    return reader, timed
+
+
+def test_a_sample_of_the_suspects_is_timed_first_and_a_false_alarm_times_no_more(
+        tmp_path: Path, monkeypatch, caplog) -> None:
+    graph = _graph()
+    pools = _pool(graph, count=10)
+    settings = replace(QUICK, watch_check=3)
+    reader, timed = _spell(monkeypatch, real=False)
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, pools, db, 1, "m", settings, speed_reader=reader)
+    assert len(pools["onnxruntime"]) == 10 and outcome.retimed == 3
+    assert sorted(timed.values()) == [1] * 7 + [2] * 3
+    assert any("false alarm" in r.message for r in caplog.records)
+
+
+def test_a_sample_that_comes_back_faster_has_every_suspect_timed_again(tmp_path: Path, monkeypatch) -> None:
+    graph = _graph()
+    pools = _pool(graph, count=10)
+    reader, timed = _spell(monkeypatch, real=True)
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, pools, db, 1, "m", replace(QUICK, watch_check=3), speed_reader=reader)
+    assert outcome.retimed == 10 and set(timed.values()) == {2}
+    assert {r.median_s for r in outcome.records.values()} == {1e-3}       # the second profiles, at speed
