@@ -84,9 +84,10 @@ class ProfileSettings:
     watch_tolerance: float = 0.25
     # When more kernels than this are suspect, this many of them, at random, are timed again first:
     # the rest are timed again only if the sample's second profiles are faster than its first by more
-    # than half the tolerance (a median under 1/sqrt(1 + watch_tolerance)), or the sample itself was
-    # timed in a slow spell. On the AMD host the sentinel alone ran slow: whole passes of 2,300
-    # kernels were timed again for a median 1.02x their first profile (BENCHMARKS.md).
+    # than half the tolerance (a median under 1/sqrt(1 + watch_tolerance)). If not, the sentinel ran
+    # slow alone, or the machine is slow still and a second profile would gain nothing. On the AMD
+    # host whole passes of 2,300-2,500 kernels were timed again for a median 0.98-1.32x their first
+    # profile (BENCHMARKS.md).
     watch_check: int = 32
     # A reading times the sentinel for this long (its median over the runs): steadier than a profile.
     watch_read_seconds: float = 0.05
