@@ -239,15 +239,17 @@ class Session:
 
     def alone_times(self, inputs: Sequence[Sequence[np.ndarray]],
                     before: Callable[[], object] | None = None) -> list[float]:
-        """Each step's kernel called once on its own, on its `inputs` (from `step_inputs`), in plan order,
-        each call after `before()` (a cache sweep, as the profiler times kernels): seconds by plan step.
-        Timed in turn with `step_times`, this says how much of a step's time in the plan is the plan's
-        doing and how much the machine's speed at that moment."""
+        """Each step's kernel timed on its own, on its `inputs` (from `step_inputs`), in plan order, as
+        the profiler times kernels: after `before()` (a cache sweep) if given, else on its second call
+        in a row: seconds by plan step. Timed in turn with `step_times`, this says how much of a step's
+        time in the plan is the plan's doing and how much the machine's speed at that moment."""
         times = []
         with pinned(self._caller_cpu):
             for kernel, args in zip(self.kernels, inputs):
                 if before is not None:
                     before()
+                else:
+                    kernel.run(list(args))
                 t0 = time.perf_counter()
                 kernel.run(list(args))
                 times.append(time.perf_counter() - t0)

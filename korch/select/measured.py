@@ -346,7 +346,7 @@ class _Context:
 
     def in_plan_times(self, plan: Plan, session: Session) -> InPlanTimes:
         """The plan's steps timed `refine_runs` rounds, each round a run of the plan with every step
-        timed, then every step alone after a cache sweep, as the profiler timed it (InPlanTimes)."""
+        timed, then every step alone as the profiler timed it (InPlanTimes)."""
         s = self.settings.selection
         for _ in range(s.plan_warmup):
             session.run(None, self.feeds)

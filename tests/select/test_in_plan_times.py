@@ -6,6 +6,7 @@ timing needs: each step's inputs as the plan gives them, and each step timed alo
 from __future__ import annotations
 
 import random
+import time
 
 import numpy as np
 import pytest
@@ -72,6 +73,30 @@ def test_step_inputs_are_the_plans_values_and_alone_times_call_each_step_once() 
     again = dict(zip(graph.outputs, session.run(None, feeds)))
     np.testing.assert_allclose(again[graph.outputs[0]], exact[graph.outputs[0]], rtol=1e-5, atol=1e-6)
     assert len(session.alone_times(session.step_inputs(feeds), CacheSweep(1 << 16))) == len(plan.steps)
+
+
+def test_without_a_sweep_alone_times_time_each_kernels_second_call_in_a_row() -> None:
+    """As the profiler times kernels by default: back to back, so the first call is not the one timed."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Counted:
+        calls: int = 0
+
+        def run(self, args):
+            self.calls += 1
+            time.sleep(0.02 if self.calls % 2 else 0.0)      # odd calls (a first call) are slow
+            return [args[0]]
+
+    graph = branchy_graph(random.Random(7), 3, 2)
+    plan = per_node_plan(graph, 1)
+    kernels = [Counted() for _ in plan.steps]
+    session = Session(plan, kernels)
+    inputs = [[np.zeros(1, np.float32)] for _ in plan.steps]
+    times = session.alone_times(inputs)
+    assert [k.calls for k in kernels] == [2] * len(plan.steps) and max(times) < 0.015
+    swept = session.alone_times(inputs, lambda: None)
+    assert [k.calls for k in kernels] == [3] * len(plan.steps) and min(swept) >= 0.02
 
 
 def test_structural_twins_share_the_mean_of_their_in_plan_times() -> None:
