@@ -15,8 +15,13 @@ close contenders wrongly. So:
    (in-plan times are taken at the speed the machine had when the kernels were profiled: each
    round is divided by how much slower than their profiles the plan's kernels then ran alone,
    InPlanTimes)
-   (`refine_rounds` at most). The last plan is timed end to end; its prediction (in-plan costs +
-   boundaries) is kept beside its measured time.
+   (`refine_rounds` at most). A kernel not yet timed in a plan is priced at its profile plus the
+   start cost: the median, over the kernels timed in plans so far, of their in-plan cost over their
+   profile. A kernel starts in a plan with what the kernels before it evicted (efficientvit-b1 on
+   the AMD host: small kernels 0.2-0.6 ms over their profile, about 0.3 ms a kernel, where the
+   calibrated chains of identical kernels read 10-50 us), so without it each round's solve turned to
+   other untimed small kernels that looked that much cheaper. The last plan is timed end to end; its
+   prediction (in-plan costs + boundaries) is kept beside its measured time.
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
    side-by-side comparison, interleaved like `korch bench`, with the split plan. They meet two at a
    time: the split plan (the first champion) against the cheapest whole model by profile, the winner
@@ -81,8 +86,11 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v9-in-plan-speed"
+PROCEDURE = "measured-selection-v10-start-cost"
 SPLIT = "split"
+# In-plan costs are keyed "candidate key|backend"; this entry holds the start cost of a kernel not
+# yet timed in a plan (_Context.costed), stored with them so that a warm run solves as the cold one.
+START = "start|"
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,7 @@ class Selected:
 @dataclass(frozen=True)
 class InPlanTimes:
     """A split plan's steps timed round by round (seconds, [round][step]): inside a run of the plan,
-    and alone right after it, each call after a cache sweep as the profiler timed it.
+    and alone right after it, as the profiler timed it (Session.alone_times).
 
     A kernel's time in the plan differs from its profile by what the plan does to it (its inputs
     arrive from another kernel, another engine's pool still spins) and by how fast the machine runs
@@ -286,14 +294,27 @@ class _Context:
         return f"{step.key}|{step.backend}"
 
     def costed(self, costs: Mapping[str, float]) -> list[Option]:
-        """The split options, each with its in-plan cost where `costs` has one, else its profile."""
+        """The split options, each with its in-plan cost where `costs` has one, else its profile plus
+        the start cost `costs` holds (START)."""
+        start = costs.get(START, 0.0)
         out = []
         for o in self.split_options:
             c = costs.get(self.cost_key(self.steps[o.key]))
             if self.is_excluded(o) or c == math.inf:      # (a remembered exclusion is stored as inf)
                 continue
-            out.append(o if c is None else replace(o, cost=c))
+            if c is None:
+                out.append(replace(o, cost=max(o.cost + start, 0.0)) if start else o)
+            else:
+                out.append(replace(o, cost=c))
         return out
+
+    def start_cost(self, plan: Plan, in_plan: Mapping[str, float], excess: list[float]) -> float:
+        """The start cost after timing `plan`: `excess` (kept across rounds) gains each of its kernels'
+        in-plan cost over its profile; their median."""
+        profiles = {self.cost_key(self.steps[o.key]): o.cost for o in self.split_options}
+        excess.extend(in_plan[key] - profiles[key] for key in dict.fromkeys(map(self.cost_key, plan.steps))
+                      if key in in_plan and key in profiles)
+        return statistics.median(excess) if excess else 0.0
 
     def is_excluded(self, option: Option) -> bool:
         step = self.steps[option.key]
@@ -550,6 +571,7 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
     s = ctx.settings.selection
     cheapest_whole = min((o.cost for o in ctx.whole.values()), default=None)
     costs: dict[str, float] = dict(known)
+    excess: list[float] = []
     solve_s = 0.0
     for round_ in range(1 + s.refine_rounds):
         used = dict(costs)
@@ -570,12 +592,14 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
         fresh = sum(ctx.cost_key(st) not in used for st in plan.steps)
         if fresh and round_ < s.refine_rounds:
             times = ctx.in_plan_times(plan, session)
-            costs.update(ctx.in_plan_costs(plan, times))
+            in_plan = ctx.in_plan_costs(plan, times)
+            costs.update(in_plan)
+            costs[START] = ctx.start_cost(plan, in_plan, excess)
             log.info("split plan %d: %d kernels (%d not yet timed in a plan), predicted %.3f ms, %.3f ms in the plan "
-                     "at the profiles' speed (%.3f ms as timed, its kernels alone at %.2fx their profiles)",
-                     round_ + 1, len(plan.steps), fresh, predicted * 1e3,
-                     (sum(costs[ctx.cost_key(st)] for st in plan.steps) + selection.boundary_s) * 1e3,
-                     times.as_timed_s() * 1e3, times.slowdown())
+                     "at the profiles' speed (%.3f ms as timed, its kernels alone at %.2fx their profiles); a kernel "
+                     "not yet timed in a plan now costs its profile %+.3f ms", round_ + 1, len(plan.steps), fresh,
+                     predicted * 1e3, (sum(costs[ctx.cost_key(st)] for st in plan.steps) + selection.boundary_s) * 1e3,
+                     times.as_timed_s() * 1e3, times.slowdown(), costs[START] * 1e3)
             continue
         measured = ctx.time(session)
         log.info("split plan: %d kernels (%d costed by profile alone), predicted %.3f ms (%.3f ms boundaries), "
@@ -583,6 +607,11 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
                  measured * 1e3)
         return _Timed(plan, session, predicted, measured, selection), round_ + 1, solve_s, used
     raise AssertionError("unreachable: the last round always returns")
+
+
+def _timed_in_plan(costs: Mapping[str, float]) -> int:
+    """How many kernels' profiles in-plan costs replaced (not the START entry)."""
+    return sum(key != START for key in costs)
 
 
 def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
@@ -743,21 +772,21 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         if champion.name == SPLIT:
             assert split is not None
             return _result(ctx, split.plan, champion.session, split.selection, split.measured_s, SPLIT,
-                           _why_split_alone(ctx, split), split, rounds, solve_s, (), len(costs), inaccurate,
+                           _why_split_alone(ctx, split), split, rounds, solve_s, (), _timed_in_plan(costs), inaccurate,
                            champion.check)
         why = _why_whole(ctx, champion.name, split, (), inaccurate)
         return _result(ctx, champion.plan, champion.session, champion.selection, None, champion.name, why, split,
-                       rounds, solve_s, (), len(costs), inaccurate, champion.check)
+                       rounds, solve_s, (), _timed_in_plan(costs), inaccurate, champion.check)
     last = duels[-1]
     measured = last.of(last.winner)[0] if last.timed else (split.measured_s if champion.name == SPLIT and split else None)
     if champion.name == SPLIT:
         assert split is not None
         why = _why_split(ctx, split, duels)
         return _result(ctx, split.plan, champion.session, split.selection, measured, SPLIT, why, split, rounds,
-                       solve_s, duels, len(costs), inaccurate, champion.check)
+                       solve_s, duels, _timed_in_plan(costs), inaccurate, champion.check)
     why = _why_whole(ctx, champion.name, split, duels, inaccurate)
     return _result(ctx, champion.plan, champion.session, champion.selection, measured, champion.name, why, split,
-                   rounds, solve_s, duels, len(costs), inaccurate, champion.check)
+                   rounds, solve_s, duels, _timed_in_plan(costs), inaccurate, champion.check)
 
 
 def _who(name: str) -> str:
@@ -870,7 +899,7 @@ def _replay(ctx: _Context, remembered: RememberedSelection, weights: str | None)
         plan, predicted = ctx.plan(selection)
         plan, step_ms = _remembered_schedule(plan, remembered.schedule)
         kept, split, solve_s = SPLIT, _Timed(plan, None, predicted, None, selection), selection.seconds
-    in_plan = len(remembered.costs) if kept == SPLIT else 0
+    in_plan = _timed_in_plan(remembered.costs) if kept == SPLIT else 0
     scheduled = _replayed_schedule_stats(plan, step_ms)
     if check is None:
         result = _result(ctx, plan, compile_plan(plan), selection, None, kept, why, split, 0, solve_s, (), in_plan,

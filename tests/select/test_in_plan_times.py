@@ -115,3 +115,40 @@ def test_structural_twins_share_the_mean_of_their_in_plan_times() -> None:
     costs = _Context.in_plan_costs(fake, plan, times)
     assert costs == pytest.approx({"twin|onnxruntime": 0.012, "solo|onnxruntime": 0.005})
     assert sum(costs[fake.cost_key(st)] for st in plan.steps) == pytest.approx(0.029)
+
+
+def test_kernels_not_yet_timed_in_a_plan_pay_the_start_cost_the_timed_ones_showed() -> None:
+    """x -> p0 -> t -> p1 -> y. A and B (one primitive each) were timed in a plan at 0.3 ms over
+    their 1 ms profiles. C and D (the same primitives on another engine) profiled at 0.9 ms and were
+    never in a plan; AB (both primitives) at 2.05 ms. At their profiles C + D (1.8 ms) would win,
+    and the next plan would be two more kernels that start 0.3 ms slower than profiled too; with the
+    start cost they are 2.4 ms against AB's 2.35, one kernel, and AB is chosen."""
+    from types import SimpleNamespace
+
+    from korch.select.blp import Option, solve
+    from korch.select.measured import START, _Context
+
+    def option(name, nodes, cost, engine):
+        inputs = {0: {"x"}, 1: {"t"}}[min(nodes)]
+        outputs = {"t"} if max(nodes) == 0 else {"y"}
+        return Option(name, frozenset(inputs), frozenset(outputs), cost, frozenset(nodes), engine)
+
+    options = [option("A", {0}, 1e-3, "onnxruntime"), option("B", {1}, 1e-3, "onnxruntime"),
+               option("C", {0}, 0.9e-3, "openvino"), option("D", {1}, 0.9e-3, "openvino"),
+               option("AB", {0, 1}, 2.05e-3, "openvino")]
+    steps = {o.key: SimpleNamespace(key=o.key, backend=o.engine) for o in options}
+    fake = SimpleNamespace(split_options=options, steps=steps, is_excluded=lambda o: False,
+                           cost_key=lambda st: f"{st.key}|{st.backend}")
+    timed = SimpleNamespace(steps=(steps["A"], steps["B"]))
+    in_plan = {"A|onnxruntime": 1.3e-3, "B|onnxruntime": 1.3e-3}
+    excess: list[float] = []
+    start = _Context.start_cost(fake, timed, in_plan, excess)
+    assert start == pytest.approx(0.3e-3) and excess == pytest.approx([0.3e-3, 0.3e-3])
+
+    def chosen(costs):
+        return sorted(o.key for o in solve(_Context.costed(fake, costs), ["x"], ["y"], required=[0, 1]).chosen)
+
+    assert chosen(in_plan) == ["C", "D"]                      # without the start cost
+    assert chosen({**in_plan, START: start}) == ["AB"]
+    assert {o.key: o.cost for o in _Context.costed(fake, {**in_plan, START: start})} == pytest.approx(
+        {"A": 1.3e-3, "B": 1.3e-3, "C": 1.2e-3, "D": 1.2e-3, "AB": 2.35e-3})
