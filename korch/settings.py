@@ -42,10 +42,12 @@ class ProfileSettings:
     # instead of back to back. Off: in a plan a kernel's inputs were just written by the kernel before
     # it and its engine's code is hot, which a sweep evicts too, and a sweep leaves the other cores idle
     # long enough that waking them is timed. On the AMD host, kernels timed after the 32 MiB sweep
-    # summed to 1.24-1.50x the same kernels' time inside plans of 20-40 onnxruntime regions
-    # (yolox-nano, efficientvit-b1), back to back to 0.99-1.03x; with large kernels (candy, bert-base)
-    # both were within 3% (benchmarks/profile_protocols.py, BENCHMARKS.md). Part of the profile
-    # records' key, so records timed one way are never read as the other.
+    # summed to 1.31-1.58x the same kernels' time inside plans of 20-40 onnxruntime regions
+    # (yolox-nano, efficientvit-b1), back to back to 0.99-1.08x; with large kernels (candy, bert-base)
+    # both were within 4% (benchmarks/profile_protocols.py, BENCHMARKS.md). Where small kernels follow
+    # large ones, back to back reads low (efficientvit-b1's first split plan: 0.86x its time in
+    # the plan); measured selection's start cost accounts for that (select/measured.py). Part of the
+    # profile records' key, so records timed one way are never read as the other.
     cold_cache: bool = False
     # Inductor compiles cost ~1.3 s each: this many unique small candidates keeps a cold optimize in minutes.
     # Profiled after the other backends, it measures the fused candidates a split-plan solve would choose at

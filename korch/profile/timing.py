@@ -64,8 +64,8 @@ class CacheSweep:
     call only with ProfileSettings.cold_cache, off by default: on the Intel host a sweep brought
     efficientvit-b1's kernels closer to their time in a plan (6.0 ms back to back, 7.1 in the plan, 7.8
     after a sweep: benchmarks/plan_breakdown.py), but on the AMD host a 32 MiB sweep takes 8-17 ms,
-    and small kernels timed after it summed to 1.24-1.50x their time in plans, back to back to
-    0.99-1.03x (benchmarks/profile_protocols.py)."""
+    and small kernels timed after it summed to 1.31-1.58x their time in plans, back to back to
+    0.99-1.08x (benchmarks/profile_protocols.py)."""
 
     LINE = 64
 
