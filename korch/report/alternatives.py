@@ -177,13 +177,14 @@ def _why_not_cheaper(facts: PlanFacts) -> str:
     kept = summary.get("kept")
     if kept and kept != "split":
         return f"the plan is {kept}'s whole model, kept because it ran fastest end to end ({summary.get('why', '')})"
-    timed = ("kernels it timed in a plan at their time there, the others at their profile plus the start cost "
-             "the timed ones showed, and " if summary.get("in_plan_costs") else "")
+    priced = []
+    if summary.get("in_plan_costs"):
+        priced.append("kernels it timed in a plan at their time there, the others at their profile plus the start "
+                      "cost the timed ones showed")
     if (summary.get("boundary_ms") or 0.0) > 0:
-        return (f"the selection prices {timed}every tensor that crosses between kernels (boundary costs "
-                "calibrated on this machine), and with those it costs more in a plan")
-    if timed:
-        return f"the selection prices {timed.removesuffix(', and ')}, and with those it costs more in a plan"
+        priced.append("every tensor that crosses between kernels (boundary costs calibrated on this machine)")
+    if priced:
+        return f"the selection prices {' and '.join(priced)}, and with those it costs more in a plan"
     return "the plan was kept by its measured end-to-end time, not by the sum of profiles alone"
 
 

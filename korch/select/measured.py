@@ -308,12 +308,11 @@ class _Context:
                 out.append(replace(o, cost=c))
         return out
 
-    def start_cost(self, plan: Plan, in_plan: Mapping[str, float], excess: list[float]) -> float:
-        """The start cost after timing `plan`: `excess` (kept across rounds) gains each of its kernels'
-        in-plan cost over its profile; their median."""
+    def start_cost(self, costs: Mapping[str, float]) -> float:
+        """The median, over the kernels `costs` has an in-plan cost for (each once, at its latest), of
+        that cost over its profile; 0.0 if none."""
         profiles = {self.cost_key(self.steps[o.key]): o.cost for o in self.split_options}
-        excess.extend(in_plan[key] - profiles[key] for key in dict.fromkeys(map(self.cost_key, plan.steps))
-                      if key in in_plan and key in profiles)
+        excess = [c - profiles[key] for key, c in costs.items() if key in profiles and math.isfinite(c)]
         return statistics.median(excess) if excess else 0.0
 
     def is_excluded(self, option: Option) -> bool:
@@ -571,7 +570,6 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
     s = ctx.settings.selection
     cheapest_whole = min((o.cost for o in ctx.whole.values()), default=None)
     costs: dict[str, float] = dict(known)
-    excess: list[float] = []
     solve_s = 0.0
     for round_ in range(1 + s.refine_rounds):
         used = dict(costs)
@@ -592,9 +590,8 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
         fresh = sum(ctx.cost_key(st) not in used for st in plan.steps)
         if fresh and round_ < s.refine_rounds:
             times = ctx.in_plan_times(plan, session)
-            in_plan = ctx.in_plan_costs(plan, times)
-            costs.update(in_plan)
-            costs[START] = ctx.start_cost(plan, in_plan, excess)
+            costs.update(ctx.in_plan_costs(plan, times))
+            costs[START] = ctx.start_cost(costs)
             log.info("split plan %d: %d kernels (%d not yet timed in a plan), predicted %.3f ms, %.3f ms in the plan "
                      "at the profiles' speed (%.3f ms as timed, its kernels alone at %.2fx their profiles); a kernel "
                      "not yet timed in a plan now costs its profile %+.3f ms", round_ + 1, len(plan.steps), fresh,

@@ -5,6 +5,7 @@ timing needs: each step's inputs as the plan gives them, and each step timed alo
 
 from __future__ import annotations
 
+import math
 import random
 import time
 
@@ -139,11 +140,12 @@ def test_kernels_not_yet_timed_in_a_plan_pay_the_start_cost_the_timed_ones_showe
     steps = {o.key: SimpleNamespace(key=o.key, backend=o.engine) for o in options}
     fake = SimpleNamespace(split_options=options, steps=steps, is_excluded=lambda o: False,
                            cost_key=lambda st: f"{st.key}|{st.backend}")
-    timed = SimpleNamespace(steps=(steps["A"], steps["B"]))
     in_plan = {"A|onnxruntime": 1.3e-3, "B|onnxruntime": 1.3e-3}
-    excess: list[float] = []
-    start = _Context.start_cost(fake, timed, in_plan, excess)
-    assert start == pytest.approx(0.3e-3) and excess == pytest.approx([0.3e-3, 0.3e-3])
+    start = _Context.start_cost(fake, in_plan)
+    assert start == pytest.approx(0.3e-3)
+    # each kernel once, at its latest in-plan cost; an excluded one (inf) and START itself do not count
+    assert _Context.start_cost(fake, {**in_plan, "C|openvino": 0.9e-3, "D|openvino": math.inf, START: 1.0}) == \
+        pytest.approx(0.3e-3)
 
     def chosen(costs):
         return sorted(o.key for o in solve(_Context.costed(fake, costs), ["x"], ["y"], required=[0, 1]).chosen)
