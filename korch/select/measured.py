@@ -86,11 +86,15 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v10-start-cost"
+PROCEDURE = "measured-selection-v11-exclusions-by-primitives"
 SPLIT = "split"
 # In-plan costs are keyed "candidate key|backend"; this entry holds the start cost of a kernel not
 # yet timed in a plan (_Context.costed), stored with them so that a warm run solves as the cold one.
 START = "start|"
+# Entries "excluded|<backend>|<primitive indices>" (at inf) name the (engine, primitives) pairs a cold run
+# excluded from split plans (_Context.exclude), so that a warm run excludes exactly what it did: a
+# kernel's cost key alone (inf) would also exclude its structural twins over other primitives.
+EXCLUDED = "excluded|"
 
 
 @dataclass(frozen=True)
@@ -324,8 +328,20 @@ class _Context:
         self.excluded_nodes.add((step.backend, frozenset(step.nodes)))
 
     def excluded_costs(self) -> dict[str, float]:
-        """Every excluded split option's cost key at inf: how a remembered outcome keeps them out."""
-        return {self.cost_key(self.steps[o.key]): math.inf for o in self.split_options if self.is_excluded(o)}
+        """The exclusions as entries of remembered costs: each excluded cost key at inf, and each excluded
+        (engine, primitives) pair under EXCLUDED; `restore_exclusions` reads them back."""
+        out = {key: math.inf for key in self.excluded}
+        out.update({f"{EXCLUDED}{backend}|{','.join(map(str, sorted(nodes)))}": math.inf
+                    for backend, nodes in self.excluded_nodes})
+        return out
+
+    def restore_exclusions(self, costs: Mapping[str, float]) -> None:
+        """Exclude the (engine, primitives) pairs remembered `costs` name (excluded_costs); their cost
+        keys at inf are excluded by `costed`."""
+        for key in costs:
+            if key.startswith(EXCLUDED):
+                backend, _, nodes = key[len(EXCLUDED):].rpartition("|")
+                self.excluded_nodes.add((backend, frozenset(int(n) for n in nodes.split(",") if n)))
 
     def blame(self, plan: Plan) -> list[tuple[Step, float]]:
         """The steps of a compiled split plan farthest from the reference when fed the reference's own
@@ -607,8 +623,8 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
 
 
 def _timed_in_plan(costs: Mapping[str, float]) -> int:
-    """How many kernels' profiles in-plan costs replaced (not the START entry)."""
-    return sum(key != START for key in costs)
+    """How many kernels' profiles in-plan costs replaced (not START, exclusions or other infinities)."""
+    return sum(key != START and math.isfinite(c) for key, c in costs.items())
 
 
 def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
@@ -892,6 +908,7 @@ def _replay(ctx: _Context, remembered: RememberedSelection, weights: str | None)
         plan, selection = ctx.whole_model(backend)
         kept, split, solve_s, step_ms = backend, None, 0.0, ()
     else:
+        ctx.restore_exclusions(remembered.costs)
         selection = ctx.solve(ctx.costed(remembered.costs))
         plan, predicted = ctx.plan(selection)
         plan, step_ms = _remembered_schedule(plan, remembered.schedule)

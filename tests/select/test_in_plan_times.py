@@ -154,3 +154,35 @@ def test_kernels_not_yet_timed_in_a_plan_pay_the_start_cost_the_timed_ones_showe
     assert chosen({**in_plan, START: start}) == ["AB"]
     assert {o.key: o.cost for o in _Context.costed(fake, {**in_plan, START: start})} == pytest.approx(
         {"A": 1.3e-3, "B": 1.3e-3, "C": 1.2e-3, "D": 1.2e-3, "AB": 2.35e-3})
+
+
+def test_a_warm_run_excludes_exactly_the_kernels_the_cold_run_excluded() -> None:
+    """A blamed kernel is excluded by its cost key (its structural twins too) and by its engine and
+    primitives (another candidate over them, such as their region, too). Remembered and restored, the
+    exclusions leave the same options: R over [0] goes with the blamed A, but R's twin over [1] stays,
+    though it shares R's cost key (remembering R's key at inf alone took the twin out as well)."""
+    from types import SimpleNamespace
+
+    from korch.select.blp import Option
+    from korch.select.measured import _Context, _timed_in_plan
+
+    def option(name, key, nodes):
+        return Option(name, frozenset(), frozenset(), 1e-3, frozenset(nodes), "onnxruntime")
+
+    options = [option("A", "a", {0}), option("R0", "r", {0}), option("R1", "r", {1}), option("B", "b", {1})]
+    keys = {"A": "a", "R0": "r", "R1": "r", "B": "b"}
+    steps = {o.key: SimpleNamespace(key=keys[o.key], backend="onnxruntime", nodes=tuple(o.nodes)) for o in options}
+
+    def context() -> _Context:
+        ctx = _Context.__new__(_Context)
+        ctx.split_options, ctx.steps, ctx.excluded, ctx.excluded_nodes = options, steps, {}, set()
+        return ctx
+
+    cold = context()
+    cold.exclude(steps["A"], "blamed")
+    assert sorted(o.key for o in cold.costed({})) == ["B", "R1"]
+    remembered = {"b|onnxruntime": 1.2e-3, **cold.excluded_costs()}
+    warm = context()
+    warm.restore_exclusions(remembered)
+    assert sorted(o.key for o in warm.costed(remembered)) == ["B", "R1"]
+    assert _timed_in_plan(remembered) == 1
