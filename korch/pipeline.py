@@ -274,9 +274,9 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     last = profiled_last(settings)        # Inductor: what it compiles is solved for over the others' profiles
     first = {n: p for n, p in pools.items() if n not in last}
     profiled, guide = guided_profile(graph, first, universe, db, settings, machine, onnx_source, boundary, progress,
-                                     keep)
+                                     keep, boundaries.start)
     profiled = profile_last(graph, {n: largest_regions(cands, settings) for n in last}, cands.small, profiled, first,
-                            db, settings, machine, onnx_source, boundary, progress, keep)
+                            db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start)
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)

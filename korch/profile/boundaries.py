@@ -18,9 +18,25 @@ channel layouts, converting at every kernel edge) for 4-D tensors, and `plain` (
 rest. Per (producer, consumer, layout) a least-squares line gives fixed seconds plus seconds per byte;
 for two different engines the chain alternates, so the line is the mean of both directions.
 
+Besides the hand-off, a kernel pays to start when the plan reaches it: its engine's run path, its
+session's state and its code were evicted by the kernels before it, which the chains of tiny
+identical kernels above never show (their whole plan stays in cache). On this project's VM an
+onnxruntime kernel of one Relu on 32 KiB took 28 us back to back and 142 us right after a 2-thread
+onnxruntime kernel of a few ms, with one thread as with two, so not a pool waking; a numpy add over
+256 KiB 20 and 98 us (benchmarks/kernel_start.py). Per engine:
+
+    start = median over rounds of (a one-block kernel right after an onnxruntime kernel of a few ms
+            (6 blocks of 1x1 Conv + Relu on 4.5 MiB, the plan's threads) - the same kernel back to back)
+
+The start grows with what ran before: after 6 such blocks on 1.1 MiB (1.2 ms) a Mul + Relu kernel on
+32 KiB started 12 us slower, after 24 of them (4.4 ms) 45 us, after 6 on 4.5 MiB (4.8 ms) 91 us. The
+last stands for a zoo model's kernel (yolox-nano's early tensors are 2.7 MiB); measured selection
+corrects it with each plan it times (korch/select/measured.py, the start cost).
+
 The selection (korch/select/blp.py) adds, for every tensor a chosen kernel reads from another chosen
-kernel, `cost(producer engine, consumer engine, tensor)`. Calibrations are stored per machine,
-threads and engine versions in the profile database and made once.
+kernel, `cost(producer engine, consumer engine, tensor)`, and for every chosen kernel its engine's
+`start`. Calibrations are stored per machine, threads and engine versions in the profile database
+and made once.
 """
 
 from __future__ import annotations
@@ -43,8 +59,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("korch.profile")
 
 # Changes when the calibration procedure changes: stored calibrations of another procedure are redone.
-PROCEDURE = "chain-v4-threads-placed"
+PROCEDURE = "chain-v5-kernel-start"
 BLOCKED, PLAIN = "blocked", "plain"
+# A kernel's start cost is stored as a line (engine, engine, START), fixed seconds only.
+START = "start"
 LAYOUTS = (BLOCKED, PLAIN)
 CHANNELS = 32
 _OPSET = 17
@@ -73,6 +91,8 @@ class CalibrationSettings:
     blocks: int = 6
     rounds: int = 7
     measure_seconds: float = 0.03
+    start_rounds: int = 40            # calls of each engine's kernel after the evicting kernel (measure_start)
+    start_side: int = 192             # the evicting kernel's tensor side: [1, 32, 192, 192], 4.5 MiB
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,12 @@ class BoundaryModel:
         # A data-dependent size is unknown before the run: its fixed cost only.
         nbytes = t.nbytes if t.is_static else 0
         return 0.0 if line is None else line(nbytes)
+
+    def start(self, engine: str) -> float:
+        """What a kernel of `engine` pays to start inside a plan beyond its profile (module doc); 0.0
+        if not calibrated."""
+        line = self.lines.get((engine, engine, START))
+        return 0.0 if line is None else max(0.0, line.fixed_s)
 
 
 def versions(engines: Iterable[str], cold_cache: bool = False) -> str:
@@ -207,6 +233,48 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
                   p.p10_s, p.p90_s, sum_alone)
 
 
+def measure_start(engine: str, threads: int, rounds: int, side: int = CalibrationSettings.start_side) -> float:
+    """A kernel's start cost on `engine` (module doc): seconds, the median over `rounds` of one call
+    right after the evicting onnxruntime kernel less one call right after itself."""
+    from korch.backends.placement import pinned
+    from korch.runtime.session import compile_step, plan_placement
+
+    def first_kernel(layout: str, blocks: int, side: int, on: str):
+        # a kernel of a plan of several (so compiled to run among others, its threads placed)
+        plan = chain_plan(chain_model(layout, blocks + 1, side), (on,), threads)
+        step = plan.steps[0]
+        if blocks > 1:                          # one step of `blocks` blocks, then the last alone
+            from korch.plan import Plan, Step
+
+            first, last = plan.steps[:blocks], plan.steps[blocks]
+            nodes = tuple(sorted(i for st in first for i in st.nodes))
+            onnx_nodes = tuple(n for st in first for n in st.onnx_nodes)
+            step = Step(on, nodes, first[0].inputs, first[-1].outputs, "evictor", 0.0, onnx_nodes)
+            plan = Plan(plan.graph, (step, last), threads, plan.machine, plan.korch_version, plan.source)
+        return compile_step(plan, step), plan
+
+    evictor, plan = first_kernel(BLOCKED, 6, side, "onnxruntime")
+    small, _ = first_kernel(PLAIN, 1, 16, engine)
+    big_x = [np.random.default_rng(2).standard_normal((1, CHANNELS, side, side)).astype(np.float32)]
+    small_x = [np.random.default_rng(3).standard_normal((1, CHANNELS, 16, 16)).astype(np.float32)]
+    where = plan_placement(plan)
+    after_evictor, back_to_back = [], []
+    with pinned(where.caller if where is not None else None):
+        for _ in range(3):
+            evictor.run(big_x)
+            small.run(small_x)
+        for _ in range(rounds):
+            evictor.run(big_x)
+            t0 = time.perf_counter()
+            small.run(small_x)
+            t1 = time.perf_counter()
+            small.run(small_x)
+            t2 = time.perf_counter()
+            after_evictor.append(t1 - t0)
+            back_to_back.append(t2 - t1)
+    return float(np.median(np.array(after_evictor) - np.array(back_to_back)))
+
+
 def fit(samples: Sequence[Sample]) -> Line:
     """Least squares over the samples of one (layout, pair): boundary = fixed + bytes * slope."""
     b = np.array([s.nbytes for s in samples], float)
@@ -221,16 +289,18 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
               report: Callable[[Sample], None] | None = None,
               cold_cache: bool = False, progress: Callable[[int, int, str], None] | None = None
               ) -> tuple[BoundaryModel, list[Sample]]:
-    """Measure every engine pair (same-engine pairs included) at each size and layout, and fit.
+    """Measure every engine pair (same-engine pairs included) at each size and layout, and fit; then
+    each engine's kernel start (`measure_start`, as lines (engine, engine, START)).
     `cold_cache`: kernels alone are timed as the profiler times them (ProfileSettings.cold_cache).
     `progress(done, total, what)` is called before each chain is measured, as the profiler calls it."""
     samples: list[Sample] = []
     chains = [(layout, producer, consumer, side) for layout in LAYOUTS
               for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2)
               for side in settings.sides]
+    total = len(chains) + len(engines)
     for done, (layout, producer, consumer, side) in enumerate(chains, 1):
         if progress is not None:
-            progress(done, len(chains), f"boundary {producer}->{consumer}")
+            progress(done, total, f"boundary {producer}->{consumer}")
         s = measure_chain(layout, producer, consumer, side, settings.blocks, threads, settings.rounds,
                           cold_cache, settings.measure_seconds)
         samples.append(s)
@@ -241,6 +311,12 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
             sorted(samples, key=lambda s: (s.layout, s.producer, s.consumer)),
             key=lambda s: (s.layout, s.producer, s.consumer)):
         lines[(producer, consumer, layout)] = fit(list(group))
+    for done, engine in enumerate(sorted(engines), len(chains) + 1):
+        if progress is not None:
+            progress(done, total, f"kernel start {engine}")
+        start = measure_start(engine, threads, settings.start_rounds, settings.start_side)
+        log.info("calibration: a %s kernel starts %.1f us slower in a plan than back to back", engine, start * 1e6)
+        lines[(engine, engine, START)] = Line(start, 0.0)
     return BoundaryModel(lines), samples
 
 
@@ -252,7 +328,8 @@ def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
     key = versions(engines, cold_cache)
     stored = db.get_boundaries(machine, threads, key)
     pairs = {(p, c) for p, c in itertools.combinations_with_replacement(sorted(engines), 2)}
-    if stored is not None and pairs <= {(p, c) for p, c, _ in stored}:
+    starts = {(e, e, START) for e in engines}
+    if stored is not None and pairs <= {(p, c) for p, c, _ in stored} and starts <= set(stored):
         return BoundaryModel(stored)
     log.info("calibrating kernel-boundary costs for %s at %d threads (once per machine)", ", ".join(engines), threads)
     t0 = time.perf_counter()

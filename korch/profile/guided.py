@@ -49,7 +49,7 @@ from korch.ir.ops import PrimClass
 from korch.profile.database import ProfileDB, Record, Rejection
 from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
 from korch.profile.prune import best_times, floor_seconds, single_times
-from korch.select.blp import Option, Relaxation, SelectionError, relaxation, solve
+from korch.select.blp import Option, Relaxation, SelectionError, StartCost, relaxation, solve
 from korch.settings import OptimizeSettings
 from korch.version import code_version
 
@@ -78,8 +78,8 @@ def candidate_option(cand: Candidate, backend: str, cost: float, index: int) -> 
 def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                    universe: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
                    machine: str, source: OnnxSource | None, boundary: BoundaryFn,
-                   progress: Progress | None = None, keep: KeepKernel | None = None
-                   ) -> tuple[ProfileOutcome, GuideStats]:
+                   progress: Progress | None = None, keep: KeepKernel | None = None,
+                   start: StartCost | None = None) -> tuple[ProfileOutcome, GuideStats]:
     """Records for the candidates each backend may use: for a guided backend, chosen from all of
     `universe` by solving (module doc); for any other, every candidate of its budgeted `pools`."""
     ps = settings.profile
@@ -135,7 +135,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
              ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale)))
     optimistic = {pair: predicted[pair] * scale[pair[1]] * ps.guide_optimism for pair in pending}
 
-    solve_split, relax = _solvers(graph, settings, boundary)
+    solve_split, relax = _solvers(graph, settings, boundary, start)
     rounds, stable = solve_until_stable(pools, usable, pending, optimistic, whole, solve_split, measure,
                                         ps.guide_rounds, ps.guide_batch, relax, bar=_best_whole(pools, usable, whole))
     if stable:
@@ -161,7 +161,8 @@ def profiled_last(settings: OptimizeSettings) -> tuple[str, ...]:
 def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small: Sequence[Candidate],
                  outcome: ProfileOutcome, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB,
                  settings: OptimizeSettings, machine: str, source: OnnxSource | None, boundary: BoundaryFn,
-                 progress: Progress | None = None, keep: KeepKernel | None = None) -> ProfileOutcome:
+                 progress: Progress | None = None, keep: KeepKernel | None = None,
+                 start: StartCost | None = None) -> ProfileOutcome:
     """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
     `regions` (name -> the regions it compiles: Inductor's largest), taken after them.
 
@@ -258,7 +259,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
 
         refloor()
         legal = len(pending)
-        solve_split, relax = _solvers(graph, settings, boundary)
+        solve_split, relax = _solvers(graph, settings, boundary, start)
         rounds, stable = solve_until_stable(everything, usable, pending, floors, whole, solve_split, measure,
                                             ps.guide_rounds, ps.inductor_batch, relax, ps.inductor_budget,
                                             bar=_best_whole(everything, usable, whole), refine=refine)
@@ -287,18 +288,18 @@ def _best_whole(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[
                 if c.size == whole and (c.key, name) in usable), default=None)
 
 
-def _solvers(graph: Graph, settings: OptimizeSettings, boundary: BoundaryFn
+def _solvers(graph: Graph, settings: OptimizeSettings, boundary: BoundaryFn, start: StartCost | None = None
              ) -> tuple[Callable[[list[Option]], Sequence[Option]], Callable[[list[Option]], Relaxation | None]]:
     """The split-plan BLP (every primitive covered, no whole model) and its LP relaxation."""
     whole = len(graph.nodes)
 
     def solve_split(options: list[Option]) -> Sequence[Option]:
         return solve(options, graph.inputs, graph.outputs, required=range(whole),
-                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary).chosen
+                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary, start=start).chosen
 
     def relax(options: list[Option]) -> Relaxation | None:
         return relaxation(options, graph.inputs, graph.outputs, required=range(whole),
-                          time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+                          time_limit=settings.selection.solver_time_limit_s, boundary=boundary, start=start)
     return solve_split, relax
 
 

@@ -40,6 +40,9 @@ continuous w in [0, 1] with
                w >= x_k + sum_{j produces t, engine(j) = A} x_j - 1,      cost d * w
 
 so a tensor crossing engines costs what the calibration says only when both ends are chosen.
+With `start(engine)` given, every option also pays its engine's kernel start (what a kernel costs to
+start inside a plan beyond its profile, calibrated with the boundaries) in its own cost: a plan of n
+kernels pays n starts.
 
 Cover cuts. Every primitive that some graph output depends on is computed by at least one chosen
 kernel in every feasible plan (a kernel computes its primitives from its inputs alone, so the chain
@@ -119,7 +122,7 @@ class Selection:
     lower_bound: float                # proven bound: cost - lower_bound is the absolute gap
     seconds: float
     optimal: bool
-    boundary_s: float = 0.0           # the part of `cost` that is kernel-boundary costs
+    boundary_s: float = 0.0           # the part of `cost` that is kernel-boundary costs (crossings and kernel starts)
     cycle_cuts: int = 0               # cuts added because a choice could not be ordered (module doc)
     resolves: int = 0                 # solves after the first, each after a round of cycle cuts
     proof: str = ""                   # how the last solve proved its optimum, or why it did not
@@ -259,6 +262,7 @@ def _cycle_cuts(options: Sequence[Option], producers: Mapping[str, Sequence[int]
 
 # (producer engine, consumer engine, value name) -> seconds
 BoundaryCost = Callable[[str, str, str], float]
+StartCost = Callable[[str], float]
 # Differences smaller than this (seconds) are not worth a variable.
 _NEGLIGIBLE_S = 1e-7
 
@@ -274,9 +278,13 @@ class _Crossings:
     producers: list[list[int]]
 
 
-def _crossings(options: Sequence[Option], free: set[str], boundary: BoundaryCost | None) -> _Crossings:
+def _crossings(options: Sequence[Option], free: set[str], boundary: BoundaryCost | None,
+               start: StartCost | None = None) -> _Crossings:
     own = np.zeros(len(options))
     crossings = _Crossings(own, [], [], [])
+    if start is not None:
+        starts = {e: start(e) for e in {o.engine for o in options}}
+        own += np.array([starts[o.engine] for o in options])
     if boundary is None:
         return crossings
     producers: dict[str, dict[str, list[int]]] = {}
@@ -321,7 +329,7 @@ def usable(options: Sequence[Option], free: set[str]) -> list[Option]:
 
 
 def _formulate(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
-               required: Iterable[int], boundary: BoundaryCost | None):
+               required: Iterable[int], boundary: BoundaryCost | None, start: StartCost | None = None):
     """The BLP of `solve` as arrays: (usable options, free values, crossings, cost, integrality,
     matrix, lower), with min cost.x subject to matrix x >= lower; None if no option is needed.
     Raises SelectionError if an output cannot be computed."""
@@ -343,7 +351,7 @@ def _formulate(options: Sequence[Option], graph_inputs: Iterable[str], graph_out
     matrix, lower = _problem(options, free, graph_outputs, required)    # raises if an output has no producer
     if not options:
         return None
-    crossings = _crossings(options, free, boundary)
+    crossings = _crossings(options, free, boundary, start)
     n, m = len(options), len(crossings.cost)
     # Costs are seconds (~1e-6); scaled to microseconds so the solver's absolute tolerances mean little.
     cost = np.concatenate([np.array([o.cost for o in options]) + crossings.own, crossings.cost]) * COST_SCALE
@@ -372,12 +380,12 @@ class Relaxation:
 
 def relaxation(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
                required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
-               boundary: BoundaryCost | None = None) -> Relaxation | None:
+               boundary: BoundaryCost | None = None, start: StartCost | None = None) -> Relaxation | None:
     """`solve`'s LP relaxation, solved in a fraction of its time (guided profiling measures what it leans
     on). None if the LP was not solved (time limit, numerical trouble); raises if nothing is feasible."""
     from scipy.optimize import linprog
 
-    problem = _formulate(options, graph_inputs, graph_outputs, required, boundary)
+    problem = _formulate(options, graph_inputs, graph_outputs, required, boundary, start)
     if problem is None:
         return Relaxation((), 0.0)
     options, _, _, cost, _, matrix, lower = problem
@@ -393,41 +401,42 @@ def relaxation(options: Sequence[Option], graph_inputs: Iterable[str], graph_out
 
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
           required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
-          boundary: BoundaryCost | None = None) -> Selection:
+          boundary: BoundaryCost | None = None, start: StartCost | None = None) -> Selection:
     """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`, in
     some order (cycle cuts, module doc).
 
     `required`: primitives every plan computes (all ancestors of the outputs); they add the cover
     cuts, which need `Option.nodes`. `time_limit` covers every solve, re-solves after cuts included.
     `boundary`: what a tensor costs crossing from a kernel of one engine to one of another (module
-    doc); it needs `Option.engine`. The selection's cost includes it.
+    doc); it needs `Option.engine`. `start`: what a kernel of an engine costs to start in a plan
+    (module doc). The selection's cost includes both, as its `boundary_s`.
     """
-    start = time.perf_counter()
-    problem = _formulate(options, graph_inputs, graph_outputs, required, boundary)
+    began = time.perf_counter()
+    problem = _formulate(options, graph_inputs, graph_outputs, required, boundary, start)
     if problem is None:
-        return Selection((), 0.0, 0.0, time.perf_counter() - start, True)
+        return Selection((), 0.0, 0.0, time.perf_counter() - began, True)
     options, free, crossings, cost, integrality, matrix, lower = problem
     n, m = len(options), len(crossings.cost)
     producers = _producers(options)
     cuts: list[_CycleCut] = []
     resolves = 0
     while True:
-        remaining = time_limit - (time.perf_counter() - start)
+        remaining = time_limit - (time.perf_counter() - began)
         result = _exact(cost, integrality, *_with_cuts(matrix, lower, cuts), max(remaining, 0.0))
         chosen = [k for k in range(n) if result.x[k] > 0.5]
         stuck, ready = _stuck(options, chosen, free)
         if not stuck:
             break
-        if resolves == MAX_CUT_ROUNDS or time.perf_counter() - start >= time_limit:
+        if resolves == MAX_CUT_ROUNDS or time.perf_counter() - began >= time_limit:
             raise SelectionError(f"no selection that can be ordered was found after {len(cuts)} cycle cuts in "
-                                 f"{time.perf_counter() - start:.1f} s: options {[options[k].key for k in stuck][:5]} "
+                                 f"{time.perf_counter() - began:.1f} s: options {[options[k].key for k in stuck][:5]} "
                                  "wait on each other's outputs")
         new = _cycle_cuts(options, producers, chosen, stuck, ready)
         cuts += new
         resolves += 1
         log.info("BLP: the choice cannot be ordered (%d options wait on each other, e.g. %s); %d cycle cut(s), "
                  "solving again", len(stuck), ", ".join(options[k].key for k in new[0].members), len(new))
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - began
     picked = tuple(options[k] for k in chosen)
     boundary_s = float(sum(crossings.own[k] for k in chosen)) + _crossing_cost(crossings, set(chosen))
     total = float(sum(o.cost for o in picked)) + boundary_s

@@ -15,12 +15,13 @@ close contenders wrongly. So:
    (in-plan times are taken at the speed the machine had when the kernels were profiled: each
    round is divided by how much slower than their profiles the plan's kernels then ran alone,
    InPlanTimes)
-   (`refine_rounds` at most). A kernel not yet timed in a plan is priced at its profile plus the
-   start cost: the median, over the kernels timed in plans so far, of their in-plan cost over their
-   profile. A kernel starts in a plan with what the kernels before it evicted (efficientvit-b1 on
-   the AMD host: small kernels 0.2-0.6 ms over their profile, about 0.3 ms a kernel, where the
-   calibrated chains of identical kernels read 10-50 us), so without it each round's solve turned to
-   other untimed small kernels that looked that much cheaper. The last plan is timed end to end; its
+   (`refine_rounds` at most). A kernel starts in a plan with what the kernels before it evicted
+   (efficientvit-b1 on the AMD host: small kernels 0.2-0.6 ms over their profile, about 0.3 ms a
+   kernel, where the calibrated chains of identical kernels read 10-50 us). The BLP charges every
+   kernel its engine's calibrated kernel start (korch/profile/boundaries.py); a kernel not yet timed
+   in a plan is also priced at the start cost: the median, over the kernels timed in plans so far,
+   of their in-plan cost over their profile (both net of what the BLP charges them), so that each
+   round's solve does not turn to other untimed small kernels that look that much cheaper. The last plan is timed end to end; its
    prediction (in-plan costs + boundaries) is kept beside its measured time.
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
    side-by-side comparison, interleaved like `korch bench`, with the split plan. They meet two at a
@@ -86,10 +87,11 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v11-exclusions-by-primitives"
+PROCEDURE = "measured-selection-v12-kernel-start"
 SPLIT = "split"
 # In-plan costs are keyed "candidate key|backend"; this entry holds the start cost of a kernel not
-# yet timed in a plan (_Context.costed), stored with them so that a warm run solves as the cold one.
+# yet timed in a plan (_Context.costed), beyond its engine's calibrated kernel start, stored with them
+# so that a warm run solves as the cold one.
 START = "start|"
 # Entries "excluded|<backend>|<primitive indices>" (at inf) name the (engine, primitives) pairs a cold run
 # excluded from split plans (_Context.exclude), so that a warm run excludes exactly what it did: a
@@ -396,14 +398,16 @@ class _Context:
 
     def in_plan_costs(self, plan: Plan, times: InPlanTimes) -> dict[str, float]:
         """Each kernel's time in the plan at the speed the machine had when it was profiled
-        (InPlanTimes.step_seconds), less the boundary costs the BLP charges it for its inputs from the
-        plan's other kernels (so a re-solve over these costs predicts this plan's time). Steps whose
+        (InPlanTimes.step_seconds), less the boundary costs the BLP charges it: its engine's kernel
+        start and its inputs from the plan's other kernels (so a re-solve over these costs predicts
+        this plan's time). Steps whose
         candidates are structural twins (gpt2-small's layers) share one cost key and one cost in the
         BLP: their mean, so the twins' costs sum to what they took."""
         maker: dict[str, str] = {}
         by_key: dict[str, list[float]] = {}
         for step, seconds in zip(plan.steps, times.step_seconds()):
-            charged = sum(self.boundary_cost(maker[t], step.backend, t) for t in step.inputs if t in maker)
+            charged = self.boundaries.start(step.backend) + sum(
+                self.boundary_cost(maker[t], step.backend, t) for t in step.inputs if t in maker)
             by_key.setdefault(self.cost_key(step), []).append(max(seconds - charged, 0.0))
             maker.update((t, step.backend) for t in step.outputs)
         return {key: statistics.fmean(values) for key, values in by_key.items()}
@@ -413,7 +417,8 @@ class _Context:
 
     def solve(self, options: Sequence[Option]) -> Selection:
         return solve(options, self.graph.inputs, self.graph.outputs, required=range(len(self.graph.nodes)),
-                     time_limit=self.settings.selection.solver_time_limit_s, boundary=self.boundary_cost)
+                     time_limit=self.settings.selection.solver_time_limit_s, boundary=self.boundary_cost,
+                     start=self.boundaries.start)
 
     def plan(self, selection: Selection) -> tuple[Plan, float]:
         """The selection as an ordered plan, and its predicted time (profiles plus boundary costs)."""

@@ -8,6 +8,7 @@ from korch.ir.types import DType, TensorType
 from korch.profile.boundaries import (
     BLOCKED,
     PLAIN,
+    START,
     BoundaryModel,
     CalibrationSettings,
     Line,
@@ -19,7 +20,7 @@ from korch.profile.boundaries import (
 )
 from korch.profile.database import ProfileDB
 
-TINY = CalibrationSettings(sides=(8, 12), blocks=3, rounds=1)
+TINY = CalibrationSettings(sides=(8, 12), blocks=3, rounds=1, start_rounds=5, start_side=64)
 
 
 def test_cost_picks_the_layout_by_rank_clamps_at_zero_and_reads_pairs_both_ways() -> None:
@@ -46,19 +47,28 @@ def test_calibration_measures_every_pair_and_layout(tmp_path) -> None:
     model, samples = calibrate(["onnxruntime"], 1, TINY, report=seen.append,
                                progress=lambda *args: progress.append(args))
     assert seen == samples and len(samples) == 2 * 2                # 2 layouts x 2 sizes x 1 pair
-    assert progress == [(k, 4, "boundary onnxruntime->onnxruntime") for k in range(1, 5)]
+    assert progress == [(k, 5, "boundary onnxruntime->onnxruntime") for k in range(1, 5)] + \
+        [(5, 5, "kernel start onnxruntime")]
     assert {(s.layout, s.nbytes) for s in samples} == {(lay, 32 * h * h * 4) for lay in (BLOCKED, PLAIN)
                                                         for h in (8, 12)}
     assert all(s.plan_s > 0 and s.sum_alone_s > 0 and s.plan_p10_s <= s.plan_s <= s.plan_p90_s for s in samples)
-    assert set(model.lines) == {("onnxruntime", "onnxruntime", BLOCKED), ("onnxruntime", "onnxruntime", PLAIN)}
+    assert set(model.lines) == {("onnxruntime", "onnxruntime", layout) for layout in (BLOCKED, PLAIN, START)}
+    start = model.lines[("onnxruntime", "onnxruntime", START)]
+    assert start.s_per_byte == 0.0 and model.start("onnxruntime") == max(0.0, start.fixed_s) < 0.01
+    assert model.start("openvino") == 0.0                            # not calibrated: free
 
 
 def test_stored_calibration_is_used_and_a_missing_one_is_measured_and_stored(tmp_path) -> None:
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         lines = {("onnxruntime", "onnxruntime", BLOCKED): Line(3e-6, 1e-10),
-                 ("onnxruntime", "onnxruntime", PLAIN): Line(1e-6, 0.0)}
+                 ("onnxruntime", "onnxruntime", PLAIN): Line(1e-6, 0.0),
+                 ("onnxruntime", "onnxruntime", START): Line(4e-5, 0.0)}
         db.put_boundaries("m1", 1, versions(["onnxruntime"]), lines)
-        assert boundary_model(db, ["onnxruntime"], 1, "m1", TINY).lines == lines     # no measuring
+        stored = boundary_model(db, ["onnxruntime"], 1, "m1", TINY)
+        assert stored.lines == lines and stored.start("onnxruntime") == 4e-5          # no measuring
+        # a calibration stored without the kernel start is measured again, start and all
+        db.put_boundaries("m0", 1, versions(["onnxruntime"]), {k: v for k, v in lines.items() if k[2] != START})
+        assert ("onnxruntime", "onnxruntime", START) in boundary_model(db, ["onnxruntime"], 1, "m0", TINY).lines
         assert db.get_boundaries("m1", 2, versions(["onnxruntime"])) is None         # other threads: none
         measured = boundary_model(db, ["onnxruntime"], 2, "m1", TINY)
         assert set(measured.lines) == set(lines)

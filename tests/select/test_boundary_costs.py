@@ -39,6 +39,24 @@ def test_a_crossing_is_priced_only_when_both_ends_are_chosen() -> None:
     assert cheap.cost == pytest.approx(2.5) and cheap.boundary_s == pytest.approx(0.5)
 
 
+def test_every_chosen_kernel_pays_its_engines_start() -> None:
+    """Two kernels on E (1.0 each) beat one fused kernel (2.2) by profiles. With E's kernel start at
+    0.15 they cost 2.3 against the fused kernel's 2.35 and still win; at 0.3 they cost 2.6 against
+    2.5 and the fused kernel is chosen. The starts are in the cost and
+    in boundary_s, once per chosen kernel, by its engine (F's kernels start free here)."""
+    options = _chain({"a": (1.0, 9.0), "y": (1.0, 9.0)})
+    fused = Option("ay@E", frozenset({"x"}), frozenset({"y"}), 2.2, engine="E")
+    small = solve([*options, fused], {"x"}, ["y"], start=lambda e: 0.15 if e == "E" else 0.0)
+    assert {o.key for o in small.chosen} == {"a@E", "y@E"}
+    assert small.cost == pytest.approx(2.3) and small.boundary_s == pytest.approx(0.3)
+    large = solve([*options, fused], {"x"}, ["y"], start=lambda e: 0.3 if e == "E" else 0.0)
+    assert {o.key for o in large.chosen} == {"ay@E"}
+    assert large.cost == pytest.approx(2.5) and large.boundary_s == pytest.approx(0.3)
+    cheap_f = solve(_chain({"a": (1.0, 1.2), "y": (1.0, 1.2)}), {"x"}, ["y"],
+                    start=lambda e: 0.3 if e == "E" else 0.0)
+    assert {o.key for o in cheap_f.chosen} == {"a@F", "y@F"} and cheap_f.cost == pytest.approx(2.4)
+
+
 def test_same_engine_boundaries_count_once_per_tensor_read() -> None:
     options = _chain({"a": (1.0, 9.0), "y": (1.0, 9.0)})
     fused = Option("ay@E", frozenset({"x"}), frozenset({"y"}), 2.2, engine="E")

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from korch.backends.reference import run_graph
+from korch.profile.boundaries import START as KERNEL_START
+from korch.profile.boundaries import BoundaryModel, Line
 from korch.profile.timing import CacheSweep
 from korch.runtime import Session
 from korch.select.measured import InPlanTimes
@@ -111,11 +113,16 @@ def test_structural_twins_share_the_mean_of_their_in_plan_times() -> None:
     plan = per_node_plan(graph, 1)
     keys = ["twin", "twin", "solo"]
     plan = replace(plan, steps=tuple(replace(st, key=k) for st, k in zip(plan.steps, keys)))
-    fake = SimpleNamespace(cost_key=lambda st: f"{st.key}|{st.backend}", boundary_cost=lambda p, c, v: 0.0)
+    fake = SimpleNamespace(cost_key=lambda st: f"{st.key}|{st.backend}", boundary_cost=lambda p, c, v: 0.0,
+                           boundaries=BoundaryModel())
     times = InPlanTimes(((0.010, 0.014, 0.005),), ((0.010, 0.014, 0.005),), (0.010, 0.014, 0.005))
     costs = _Context.in_plan_costs(fake, plan, times)
     assert costs == pytest.approx({"twin|onnxruntime": 0.012, "solo|onnxruntime": 0.005})
     assert sum(costs[fake.cost_key(st)] for st in plan.steps) == pytest.approx(0.029)
+    # with a calibrated kernel start, each in-plan cost is net of it (the BLP charges it again)
+    fake.boundaries = BoundaryModel({("onnxruntime", "onnxruntime", KERNEL_START): Line(0.001, 0.0)})
+    assert _Context.in_plan_costs(fake, plan, times) == pytest.approx(
+        {"twin|onnxruntime": 0.011, "solo|onnxruntime": 0.004})
 
 
 def test_kernels_not_yet_timed_in_a_plan_pay_the_start_cost_the_timed_ones_showed() -> None:
