@@ -224,6 +224,6 @@ class OptimizeSettings:
 # Timings good enough to exercise the mechanics, for tests and quick looks (never for a plan you ship):
 # kernels timed hot, without the cache sweep before each call (default settings exercise the sweep).
 QUICK_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0, cold_cache=False, whole_model_max_seconds=None)
-QUICK_CALIBRATION = CalibrationSettings(sides=(16,), blocks=3, rounds=2)
+QUICK_CALIBRATION = CalibrationSettings(sides=(16,), blocks=3, rounds=2, start_rounds=5, start_side=96)
 QUICK_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=3,
                                     refine_rounds=2, refine_runs=2)

@@ -233,28 +233,30 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
                   p.p10_s, p.p90_s, sum_alone)
 
 
+def plan_kernel(layout: str, blocks: int, side: int, engine: str, threads: int):
+    """One kernel of `blocks` blocks of `chain_model(layout, ..., side)` on `engine`, compiled as a
+    kernel of a plan of several (to run among others, its threads placed: runtime.compile_step), and
+    that plan (its `plan_placement` is where to hold the caller)."""
+    from korch.plan import Plan, Step
+    from korch.runtime.session import compile_step
+
+    plan = chain_plan(chain_model(layout, blocks + 1, side), (engine,), threads)
+    first, last = plan.steps[:blocks], plan.steps[blocks]
+    nodes = tuple(sorted(i for st in first for i in st.nodes))
+    onnx_nodes = tuple(n for st in first for n in st.onnx_nodes)
+    step = Step(engine, nodes, first[0].inputs, first[-1].outputs, f"{blocks} blocks", 0.0, onnx_nodes)
+    plan = Plan(plan.graph, (step, last), threads, plan.machine, plan.korch_version, plan.source)
+    return compile_step(plan, step), plan
+
+
 def measure_start(engine: str, threads: int, rounds: int, side: int = CalibrationSettings.start_side) -> float:
     """A kernel's start cost on `engine` (module doc): seconds, the median over `rounds` of one call
     right after the evicting onnxruntime kernel less one call right after itself."""
     from korch.backends.placement import pinned
-    from korch.runtime.session import compile_step, plan_placement
+    from korch.runtime.session import plan_placement
 
-    def first_kernel(layout: str, blocks: int, side: int, on: str):
-        # a kernel of a plan of several (so compiled to run among others, its threads placed)
-        plan = chain_plan(chain_model(layout, blocks + 1, side), (on,), threads)
-        step = plan.steps[0]
-        if blocks > 1:                          # one step of `blocks` blocks, then the last alone
-            from korch.plan import Plan, Step
-
-            first, last = plan.steps[:blocks], plan.steps[blocks]
-            nodes = tuple(sorted(i for st in first for i in st.nodes))
-            onnx_nodes = tuple(n for st in first for n in st.onnx_nodes)
-            step = Step(on, nodes, first[0].inputs, first[-1].outputs, "evictor", 0.0, onnx_nodes)
-            plan = Plan(plan.graph, (step, last), threads, plan.machine, plan.korch_version, plan.source)
-        return compile_step(plan, step), plan
-
-    evictor, plan = first_kernel(BLOCKED, 6, side, "onnxruntime")
-    small, _ = first_kernel(PLAIN, 1, 16, engine)
+    evictor, plan = plan_kernel(BLOCKED, 6, side, "onnxruntime", threads)
+    small, _ = plan_kernel(PLAIN, 1, 16, engine, threads)
     big_x = [np.random.default_rng(2).standard_normal((1, CHANNELS, side, side)).astype(np.float32)]
     small_x = [np.random.default_rng(3).standard_normal((1, CHANNELS, 16, 16)).astype(np.float32)]
     where = plan_placement(plan)
