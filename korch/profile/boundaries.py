@@ -315,7 +315,7 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
         lines[(producer, consumer, layout)] = fit(list(group))
     for done, engine in enumerate(sorted(engines), len(chains) + 1):
         if progress is not None:
-            progress(done, total, f"kernel start {engine}")
+            progress(done, total, f"boundary start {engine}")
         start = measure_start(engine, threads, settings.start_rounds, settings.start_side)
         log.info("calibration: a %s kernel starts %.1f us slower in a plan than back to back", engine, start * 1e6)
         lines[(engine, engine, START)] = Line(start, 0.0)

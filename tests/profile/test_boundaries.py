@@ -48,7 +48,7 @@ def test_calibration_measures_every_pair_and_layout(tmp_path) -> None:
                                progress=lambda *args: progress.append(args))
     assert seen == samples and len(samples) == 2 * 2                # 2 layouts x 2 sizes x 1 pair
     assert progress == [(k, 5, "boundary onnxruntime->onnxruntime") for k in range(1, 5)] + \
-        [(5, 5, "kernel start onnxruntime")]
+        [(5, 5, "boundary start onnxruntime")]
     assert {(s.layout, s.nbytes) for s in samples} == {(lay, 32 * h * h * 4) for lay in (BLOCKED, PLAIN)
                                                         for h in (8, 12)}
     assert all(s.plan_s > 0 and s.sum_alone_s > 0 and s.plan_p10_s <= s.plan_s <= s.plan_p90_s for s in samples)
