@@ -11,7 +11,10 @@ condition:
 - after 2 ms:     after 2 ms asleep (nothing else ran);
 - after E:        right after an onnxruntime kernel E of 6 or 24 blocks of 1x1 Conv + Relu on a
                   [1, 32, S, S] tensor (1.1 MiB at S = 96, 4.5 MiB at S = 192): a plan's previous
-                  kernel, both cores busy (the largest is the one korch's calibration uses);
+                  kernel, both cores busy (the largest, 6x192, is what korch's calibration runs
+                  before every engine's kernel: boundaries.measure_start);
+- after own E:    right after the timed kernel's own engine's kernel of 6 blocks at S = 192 (after
+                  another engine's kernel a kernel also pays the hand-off between the two pools);
 - after a sweep:  right after a one-thread write of 16 MiB (every 64th byte).
 
 Timed kernels: each engine's kernel of one Mul + Relu on [1, 32, 16, 16] (32 KiB), compiled as a
@@ -61,20 +64,25 @@ def main() -> int:
         sweep[::64] += 1
 
     small_x = [rng.standard_normal((1, CHANNELS, 16, 16)).astype(np.float32)]
-    timed = {}
+    big_x = [rng.standard_normal((1, CHANNELS, 192, 192)).astype(np.float32)]
+    timed, own = {}, {}
     for engine in args.engines.split(","):
+        evictor, _ = plan_kernel(BLOCKED, 6, 192, engine, args.threads)
         for threads in sorted({args.threads, 1}, reverse=True):
             kernel, _ = plan_kernel(PLAIN, 1, 16, engine, threads)
-            timed[f"{engine}, {threads} thread(s)"] = (lambda k=kernel: k.run(small_x))
+            name = f"{engine}, {threads} thread(s)"
+            timed[name] = (lambda k=kernel: k.run(small_x))
+            own[name] = (lambda k=evictor: k.run(big_x))
     a = rng.standard_normal(65536).astype(np.float32)
     timed["numpy add, 256 KiB"] = lambda: np.add(a, 1.0)
+    own["numpy add, 256 KiB"] = evictors[f"after E {EVICTORS[-1][0]}x{EVICTORS[-1][1]}"]
 
-    conditions = ["back to back", "after 2 ms", *evictors, "after a sweep"]
+    conditions = ["back to back", "after 2 ms", *evictors, "after own E 6x192", "after a sweep"]
     before = {"after 2 ms": lambda: time.sleep(0.002), **evictors, "after a sweep": swept}
     samples = {(name, c): [] for name in timed for c in conditions}
     durations = {name: [] for name in evictors}
     with pinned(where.caller if where is not None else None):
-        for call in [*timed.values(), *evictors.values()]:
+        for call in [*timed.values(), *evictors.values(), *own.values()]:
             call()
         for r in range(args.rounds):
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
@@ -84,7 +92,7 @@ def main() -> int:
                         call()
                     else:
                         t0 = time.perf_counter()
-                        before[c]()
+                        (own[name] if c == "after own E 6x192" else before[c])()
                         if c in durations:
                             durations[c].append(time.perf_counter() - t0)
                     t0 = time.perf_counter()
