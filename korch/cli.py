@@ -233,7 +233,7 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
         ("time", f"measured {sel.measured_ms:.3f} ms per run"
                  + (" when it was chosen" if stats.check_remembered else "")
                  + f"; predicted {sel.predicted_ms:.3f} ms (profiled "
-                 f"kernels + {sel.boundary_ms:.3f} ms of boundary costs calibrated on this machine); "
+                 f"kernels + {sel.boundary_ms:.3f} ms of boundary costs and kernel starts calibrated on this machine); "
                  + ("the choice remembered from an earlier run" if sel.remembered
                     else f"{sel.rounds} split plan(s) timed")),
         ("why", sel.why),

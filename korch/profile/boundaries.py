@@ -21,16 +21,16 @@ for two different engines the chain alternates, so the line is the mean of both 
 Besides the hand-off, a kernel pays to start when the plan reaches it: its engine's run path, its
 session's state and its code were evicted by the kernels before it, which the chains of tiny
 identical kernels above never show (their whole plan stays in cache). On this project's VM an
-onnxruntime kernel of one Relu on 32 KiB took 28 us back to back and 142 us right after a 2-thread
-onnxruntime kernel of a few ms, with one thread as with two, so not a pool waking; a numpy add over
-256 KiB 20 and 98 us (benchmarks/kernel_start.py). Per engine:
+onnxruntime kernel of Mul + Relu on 32 KiB took 34 us back to back and 152 us right after a 2-thread
+onnxruntime kernel of 3.8 ms, with one thread as with two, so not a pool waking; a numpy add over
+256 KiB 16 and 79 us (benchmarks/kernel_start.py, BENCHMARKS.md). Per engine:
 
     start = median over rounds of (a one-block kernel right after an onnxruntime kernel of a few ms
             (6 blocks of 1x1 Conv + Relu on 4.5 MiB, the plan's threads) - the same kernel back to back)
 
-The start grows with what ran before: after 6 such blocks on 1.1 MiB (1.2 ms) a Mul + Relu kernel on
-32 KiB started 12 us slower, after 24 of them (4.4 ms) 45 us, after 6 on 4.5 MiB (4.8 ms) 91 us. The
-last stands for a zoo model's kernel (yolox-nano's early tensors are 2.7 MiB); measured selection
+The start grows with what ran before: after 6 such blocks on 1.1 MiB (1.1 ms) that kernel started
+25 us slower, after 24 of them (3.2 ms) 39 us, after 6 on 4.5 MiB (3.8 ms) 118 us. The last stands
+for a zoo model's kernel (yolox-nano's early tensors are 2.7 MiB); measured selection
 corrects it with each plan it times (korch/select/measured.py, the start cost).
 
 The selection (korch/select/blp.py) adds, for every tensor a chosen kernel reads from another chosen
@@ -61,8 +61,8 @@ log = logging.getLogger("korch.profile")
 # Changes when the calibration procedure changes: stored calibrations of another procedure are redone.
 PROCEDURE = "chain-v5-kernel-start"
 BLOCKED, PLAIN = "blocked", "plain"
-# A kernel's start cost is stored as a line (engine, engine, START), fixed seconds only.
-START = "start"
+# A kernel's start cost is stored as a line (engine, engine, KERNEL_START), fixed seconds only.
+KERNEL_START = "start"
 LAYOUTS = (BLOCKED, PLAIN)
 CHANNELS = 32
 _OPSET = 17
@@ -125,7 +125,7 @@ class BoundaryModel:
     def start(self, engine: str) -> float:
         """What a kernel of `engine` pays to start inside a plan beyond its profile (module doc); 0.0
         if not calibrated."""
-        line = self.lines.get((engine, engine, START))
+        line = self.lines.get((engine, engine, KERNEL_START))
         return 0.0 if line is None else max(0.0, line.fixed_s)
 
 
@@ -292,7 +292,7 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
               cold_cache: bool = False, progress: Callable[[int, int, str], None] | None = None
               ) -> tuple[BoundaryModel, list[Sample]]:
     """Measure every engine pair (same-engine pairs included) at each size and layout, and fit; then
-    each engine's kernel start (`measure_start`, as lines (engine, engine, START)).
+    each engine's kernel start (`measure_start`, as lines (engine, engine, KERNEL_START)).
     `cold_cache`: kernels alone are timed as the profiler times them (ProfileSettings.cold_cache).
     `progress(done, total, what)` is called before each chain is measured, as the profiler calls it."""
     samples: list[Sample] = []
@@ -318,7 +318,7 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
             progress(done, total, f"boundary start {engine}")
         start = measure_start(engine, threads, settings.start_rounds, settings.start_side)
         log.info("calibration: a %s kernel starts %.1f us slower in a plan than back to back", engine, start * 1e6)
-        lines[(engine, engine, START)] = Line(start, 0.0)
+        lines[(engine, engine, KERNEL_START)] = Line(start, 0.0)
     return BoundaryModel(lines), samples
 
 
@@ -330,7 +330,7 @@ def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
     key = versions(engines, cold_cache)
     stored = db.get_boundaries(machine, threads, key)
     pairs = {(p, c) for p, c in itertools.combinations_with_replacement(sorted(engines), 2)}
-    starts = {(e, e, START) for e in engines}
+    starts = {(e, e, KERNEL_START) for e in engines}
     if stored is not None and pairs <= {(p, c) for p, c, _ in stored} and starts <= set(stored):
         return BoundaryModel(stored)
     log.info("calibrating kernel-boundary costs for %s at %d threads (once per machine)", ", ".join(engines), threads)

@@ -182,7 +182,8 @@ def _why_not_cheaper(facts: PlanFacts) -> str:
         priced.append("kernels it timed in a plan at their time there, the others at their profile plus the start "
                       "cost the timed ones showed")
     if (summary.get("boundary_ms") or 0.0) > 0:
-        priced.append("every tensor that crosses between kernels (boundary costs calibrated on this machine)")
+        priced.append("every tensor that crosses between kernels and every kernel's start (boundary costs "
+                      "calibrated on this machine)")
     if priced:
         return f"the selection prices {' and '.join(priced)}, and with those it costs more in a plan"
     return "the plan was kept by its measured end-to-end time, not by the sum of profiles alone"

@@ -21,8 +21,9 @@ close contenders wrongly. So:
    kernel its engine's calibrated kernel start (korch/profile/boundaries.py); a kernel not yet timed
    in a plan is also priced at the start cost: the median, over the kernels timed in plans so far,
    of their in-plan cost over their profile (both net of what the BLP charges them), so that each
-   round's solve does not turn to other untimed small kernels that look that much cheaper. The last plan is timed end to end; its
-   prediction (in-plan costs + boundaries) is kept beside its measured time.
+   round's solve does not turn to other untimed small kernels that look that much cheaper. The last
+   plan is timed end to end; its prediction (in-plan costs + boundaries) is kept beside its measured
+   time.
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
    side-by-side comparison, interleaved like `korch bench`, with the split plan. They meet two at a
    time: the split plan (the first champion) against the cheapest whole model by profile, the winner

@@ -7,8 +7,8 @@ import pytest
 from korch.ir.types import DType, TensorType
 from korch.profile.boundaries import (
     BLOCKED,
+    KERNEL_START,
     PLAIN,
-    START,
     BoundaryModel,
     CalibrationSettings,
     Line,
@@ -52,8 +52,8 @@ def test_calibration_measures_every_pair_and_layout(tmp_path) -> None:
     assert {(s.layout, s.nbytes) for s in samples} == {(lay, 32 * h * h * 4) for lay in (BLOCKED, PLAIN)
                                                         for h in (8, 12)}
     assert all(s.plan_s > 0 and s.sum_alone_s > 0 and s.plan_p10_s <= s.plan_s <= s.plan_p90_s for s in samples)
-    assert set(model.lines) == {("onnxruntime", "onnxruntime", layout) for layout in (BLOCKED, PLAIN, START)}
-    start = model.lines[("onnxruntime", "onnxruntime", START)]
+    assert set(model.lines) == {("onnxruntime", "onnxruntime", layout) for layout in (BLOCKED, PLAIN, KERNEL_START)}
+    start = model.lines[("onnxruntime", "onnxruntime", KERNEL_START)]
     assert start.s_per_byte == 0.0 and model.start("onnxruntime") == max(0.0, start.fixed_s) < 0.01
     assert model.start("openvino") == 0.0                            # not calibrated: free
 
@@ -62,13 +62,13 @@ def test_stored_calibration_is_used_and_a_missing_one_is_measured_and_stored(tmp
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         lines = {("onnxruntime", "onnxruntime", BLOCKED): Line(3e-6, 1e-10),
                  ("onnxruntime", "onnxruntime", PLAIN): Line(1e-6, 0.0),
-                 ("onnxruntime", "onnxruntime", START): Line(4e-5, 0.0)}
+                 ("onnxruntime", "onnxruntime", KERNEL_START): Line(4e-5, 0.0)}
         db.put_boundaries("m1", 1, versions(["onnxruntime"]), lines)
         stored = boundary_model(db, ["onnxruntime"], 1, "m1", TINY)
         assert stored.lines == lines and stored.start("onnxruntime") == 4e-5          # no measuring
         # a calibration stored without the kernel start is measured again, start and all
-        db.put_boundaries("m0", 1, versions(["onnxruntime"]), {k: v for k, v in lines.items() if k[2] != START})
-        assert ("onnxruntime", "onnxruntime", START) in boundary_model(db, ["onnxruntime"], 1, "m0", TINY).lines
+        db.put_boundaries("m0", 1, versions(["onnxruntime"]), {k: v for k, v in lines.items() if k[2] != KERNEL_START})
+        assert ("onnxruntime", "onnxruntime", KERNEL_START) in boundary_model(db, ["onnxruntime"], 1, "m0", TINY).lines
         assert db.get_boundaries("m1", 2, versions(["onnxruntime"])) is None         # other threads: none
         measured = boundary_model(db, ["onnxruntime"], 2, "m1", TINY)
         assert set(measured.lines) == set(lines)

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from korch.backends.reference import run_graph
-from korch.profile.boundaries import START as KERNEL_START
-from korch.profile.boundaries import BoundaryModel, Line
+from korch.profile.boundaries import KERNEL_START, BoundaryModel, Line
 from korch.profile.timing import CacheSweep
 from korch.runtime import Session
 from korch.select.measured import InPlanTimes
