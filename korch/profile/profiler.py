@@ -253,7 +253,10 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         if not watching:
             return
         if reader is None:
+            # (never a kernel whose backend compiles slowly: the sentinel is compiled again, and an
+            # Inductor region chosen so took 26 s of yolox-nano's cold optimize)
             if record.status is Status.OK and job.candidate.size < len(graph.nodes) and \
+                    not get_backend(job.backend).compiles_ahead and \
                     settings.watch_sentinel_s[0] <= (record.median_s or 0.0) <= settings.watch_sentinel_s[1]:
                 reader = _sentinel(graph, job, env, options, source, settings, sweep)
                 if reader is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from korch.backends.reference import evaluate
 from korch.candidates import enumerate_candidates
 from korch.ir.graph import GraphBuilder
@@ -117,6 +119,20 @@ def _spell(monkeypatch, real: bool):
 
     monkeypatch.setattr(profiler, "_measure_one", fake)
     return reader, timed
+
+
+def test_a_kernel_whose_backend_compiles_slowly_never_becomes_the_sentinel(tmp_path: Path) -> None:
+    """The sentinel is compiled again to be kept: never an Inductor kernel (seconds to a minute a
+    compile; an Inductor region chosen so took 26 s of yolox-nano's cold optimize). Its kernels here
+    run for milliseconds, inside the sentinel's range, so only the backend rules them out."""
+    pytest.importorskip("torch")
+    graph = _graph(rows=4096)
+    pools = {"inductor": _pool(graph, count=2)["onnxruntime"]}
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, pools, db, 1, "m", replace(QUICK, compile_workers=0))
+    times = [r.median_s for r in outcome.records.values() if r.status is Status.OK]
+    assert times and any(QUICK.watch_sentinel_s[0] <= t <= QUICK.watch_sentinel_s[1] for t in times)
+    assert outcome.slowest is None and "speed watch" not in outcome.seconds
 
 
 def test_a_sample_of_the_suspects_is_timed_first_and_a_false_alarm_times_no_more(
