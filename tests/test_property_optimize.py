@@ -30,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 import korch.profile.profiler as profiler
 from korch.candidates import RegionLimits
 from korch.pipeline import optimize
-from korch.profile.boundaries import LAYOUTS, Line, versions
+from korch.profile.boundaries import KERNEL_START, LAYOUTS, Line, versions
 from korch.profile.database import ProfileDB, Record, Status, machine_fingerprint
 from korch.settings import QUICK_CALIBRATION, OptimizeSettings, ProfileSettings, SelectionSettings
 from korch.verify import DEFAULT_RTOL, diff_outputs, random_feeds, run_onnxruntime
@@ -644,10 +644,12 @@ def test_plan_with_inductor_kernels_matches_onnxruntime(seed: int, inductor_wins
                                 regions=None if seed % 2 else RegionLimits())
     # its own cache: discounted Inductor records must not leak into other tests' plans
     with ProfileDB(tmp_path_factory.mktemp("inductor-cache") / "profiles.sqlite") as db:
-        # free boundaries: this test is about mixed plans running correctly, and the machine's calibrated
-        # onnxruntime<->Inductor crossing cost would rightly keep discounted kernels out of the plan
+        # free boundaries and kernel starts: this test is about mixed plans running correctly, and the
+        # machine's calibrated onnxruntime<->Inductor crossing cost and Inductor's start would rightly
+        # keep discounted kernels out of the plan (a calibration without its start lines is redone)
         free = {(p, c, layout): Line(0.0, 0.0) for p in settings.backends for c in settings.backends
                 for layout in LAYOUTS}
+        free.update({(e, e, KERNEL_START): Line(0.0, 0.0) for e in settings.backends})
         db.put_boundaries(machine_fingerprint(), settings.threads,
                           versions(settings.backends, settings.profile.cold_cache), free)
         plan = check_optimized(seed, db, settings)
