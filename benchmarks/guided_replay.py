@@ -84,13 +84,15 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
     def boundary(p: str, c: str, v: str) -> float:
         return boundaries.cost(p, c, graph.types[v])
 
+    start = boundaries.start              # each kernel's engine start, as guided profiling charges it
+
     def solve_split(options):
         return solve(options, graph.inputs, graph.outputs, required=range(whole),
-                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary, start=start)
 
     def relax(options):
         return relaxation(options, graph.inputs, graph.outputs, required=range(whole),
-                          time_limit=settings.selection.solver_time_limit_s, boundary=boundary)
+                          time_limit=settings.selection.solver_time_limit_s, boundary=boundary, start=start)
 
     best = solve_split(_options(run_pools, usable_all, {}, {}, whole)[0]).cost
     print(f"{model}: {len(legal)} legal guided pairs ({missing} without a stored record, left out); "

@@ -29,6 +29,7 @@ from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile, profile_last, profiled_last
 from korch.profile.profiler import ProfileOutcome, Progress, accepted
 from korch.profile.prune import worth_profiling
+from korch.profile.reference_values import ReferenceValues
 from korch.runtime import Session, compile_plan
 from korch.select import Option
 from korch.select.coverage import require_cover
@@ -273,10 +274,12 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         return boundaries.cost(producer, consumer, graph.types[value])
     last = profiled_last(settings)        # Inductor: what it compiles is solved for over the others' profiles
     first = {n: p for n, p in pools.items() if n not in last}
-    profiled, guide = guided_profile(graph, first, universe, db, settings, machine, onnx_source, boundary, progress,
-                                     keep, boundaries.start)
-    profiled = profile_last(graph, {n: largest_regions(cands, settings) for n in last}, cands.small, profiled, first,
-                            db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start)
+    with ReferenceValues(graph, settings.seed, db.path.parent) as reference:      # computed once, kept on disk
+        profiled, guide = guided_profile(graph, first, universe, db, settings, machine, onnx_source, boundary,
+                                         progress, keep, boundaries.start, reference)
+        profiled = profile_last(graph, {n: largest_regions(cands, settings) for n in last}, cands.small, profiled,
+                                first, db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start,
+                                reference)
     profile_seconds = time.perf_counter() - t0
     options, steps = build_options(graph, cands, profiled, settings)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)

@@ -65,6 +65,13 @@ class ProfileSettings:
     # compiled 249 kernels (247 s) on yolox-nano and 609 (990 s, not finished) on segformer-b0,
     # against its budget of 44 (BENCHMARKS.md). Add "inductor" to let it see every fused candidate.
     guided_backends: tuple[str, ...] = ("onnxruntime", "openvino")
+    # A guided backend whose cost model has not learned yet (an empty database: a new machine, or
+    # fewer than CostModelSettings.min_rows timed kernels) is guided by its roofline prior alone,
+    # rescaled by the random sample below. False: such a backend profiles every candidate of its pool,
+    # the first model's profiles then being its training set. With each kernel's start charged
+    # (profile/boundaries.py), replays over exhaustive zoo profiles at 2 threads settle after 20-38% of
+    # the pairs within 1.2% of the exhaustive split optimum (BENCHMARKS.md, guided_replay.py).
+    guide_by_prior: bool = True
     # How far below its (rescaled) prediction a kernel may measure and still be found. Held out of
     # training, 65-98% of a zoo model's onnxruntime kernels and 92-100% of its OpenVINO regions measure
     # above half their prediction (benchmarks/costmodel_quality.py, BENCHMARKS.md); those below matter

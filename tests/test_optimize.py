@@ -72,8 +72,9 @@ def test_optimize_leaves_what_the_cost_models_learn_from(tmp_path: Path) -> None
     """Every profiled kernel's features are stored with the model it was seen in, and a cost model
     trained on them ranks this model's kernels better than its roofline prior alone."""
     model = zoo.to_model_proto("vit-mini")
-    with ProfileDB(tmp_path / "profiles.sqlite") as db:      # empty: nothing to guide by, every kernel profiled
-        _, _, stats = optimize(model, db, ORT_ONLY)
+    in_full = replace(ORT_ONLY, profile=replace(ORT_ONLY.profile, guide_by_prior=False))
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:      # empty, and not guided by the prior: every kernel profiled
+        _, _, stats = optimize(model, db, in_full)
         rows = [r for r in db.timed_with_features("onnxruntime", machine_fingerprint(), FEATURES_VERSION)
                 if "vit-mini" in r.models]
     with sqlite3.connect(tmp_path / "profiles.sqlite") as conn:
@@ -445,9 +446,11 @@ def test_loaded_plan_keeps_no_constant_its_kernels_compiled_in(gpt_mini, tmp_pat
 def test_plan_is_the_split_plan_or_one_engines_whole_model_and_says_why(tmp_path: Path) -> None:
     """Measured selection keeps either the best split plan or one engine running the whole model,
     and its reason names both measured times (the split plan was timed: candy-mini's best split plan
-    is predicted close to the whole model)."""
+    is predicted close to the whole model). Profiled in full: guided by the prior, profiling may stop
+    before any split plan is covered, once none could beat the whole model."""
+    in_full = replace(ORT_ONLY, profile=replace(ORT_ONLY.profile, guide_by_prior=False))
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
-        plan, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, ORT_ONLY)
+        plan, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, in_full)
     sel = stats.selection
     assert sel.measured_ms > 0 and "onnxruntime" in sel.whole_model_ms and sel.split_kernels and sel.split_kernels > 1
     if sel.kept == SPLIT:

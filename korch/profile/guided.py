@@ -1,8 +1,9 @@
 """Profiling guided by the cost models: measure only the kernels that could enter the best split plan.
 
 Profiling every candidate on every backend is what makes a cold optimize take minutes, and what
-forced a fixed budget on Inductor. A backend whose cost model has learned from this machine's
-profiles (korch/costmodel) is profiled instead by solving:
+forced a fixed budget on Inductor. A guided backend (`ProfileSettings.guided_backends`) is profiled
+instead by solving over its cost model's predictions (korch/costmodel: a correction learned from
+this machine's profiles, or, before it has learned, its roofline prior alone: `guide_by_prior`):
 
 1. The whole-model kernels, and every pair the database already holds, are read or measured first.
 2. A random sample of `guide_sample` legal unmeasured pairs per backend is measured: the median of
@@ -25,10 +26,11 @@ profiles (korch/costmodel) is profiled instead by solving:
 
 A guided backend chooses from every candidate it could run: Inductor's budget of fused candidates
 does not apply to it when it is guided (`ProfileSettings.guided_backends`; not by default, because
-its compiles cost seconds each). Backends without a learned model (a new machine, or too few
-profiles) are profiled as before: every candidate of their budgeted pool. Legality (can the backend
-compile it at all) is asked before predicting, so nothing illegal reaches the solver as an
-optimistic option.
+its compiles cost seconds each). Other backends, and with `guide_by_prior` off a backend whose model
+has not learned yet, are profiled as before: every candidate of their budgeted pool. Legality (can
+the backend compile it at all) is asked before predicting, so nothing illegal reaches the solver as
+an optimistic option. Every round's kernels read their reference values from one computation kept
+on disk (`reference`, profile/reference_values.py), not a reference run of their own.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from korch.ir.ops import PrimClass
 from korch.profile.database import ProfileDB, Record, Rejection
 from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
 from korch.profile.prune import best_times, floor_seconds, single_times
+from korch.profile.reference_values import ReferenceValues
 from korch.select.blp import Option, Relaxation, SelectionError, StartCost, relaxation, solve
 from korch.settings import OptimizeSettings
 from korch.version import code_version
@@ -79,7 +82,8 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                    universe: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
                    machine: str, source: OnnxSource | None, boundary: BoundaryFn,
                    progress: Progress | None = None, keep: KeepKernel | None = None,
-                   start: StartCost | None = None) -> tuple[ProfileOutcome, GuideStats]:
+                   start: StartCost | None = None, reference: ReferenceValues | None = None
+                   ) -> tuple[ProfileOutcome, GuideStats]:
     """Records for the candidates each backend may use: for a guided backend, chosen from all of
     `universe` by solving (module doc); for any other, every candidate of its budgeted `pools`."""
     ps = settings.profile
@@ -87,10 +91,11 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     if ps.guided:
         for name in (n for n in pools if n in ps.guided_backends):
             model = load_or_train(db, name, machine, settings=settings.cost_model)
-            if model.booster is not None:
+            if model.booster is not None or ps.guide_by_prior:
                 models[name] = model
     if not models:
-        return _profile(graph, pools, db, settings, machine, source, progress, keep=keep), GuideStats()
+        return _profile(graph, pools, db, settings, machine, source, progress, keep=keep, reference=reference), \
+            GuideStats()
     pools = {name: (universe[name] if name in models else pools[name]) for name in pools}
     problem = _problem_key(pools, models, settings, machine)
     done = db.guided_done(problem)
@@ -107,7 +112,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         for c in candidates:
             if c.size != whole and c.key not in stored:
                 pending.setdefault((c.key, name), c)
-    outcome = _profile(graph, first_pools, db, settings, machine, source, progress, keep=keep)
+    outcome = _profile(graph, first_pools, db, settings, machine, source, progress, keep=keep, reference=reference)
     if done:                      # a warm run: what the finished guided profiling measured, nothing more
         log.info("guided profiling of this model finished before: reading its %d records", len(outcome.records))
         return outcome, GuideStats(tuple(sorted(models)), 0, len(pending), True)
@@ -123,7 +128,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
         nonlocal got
-        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, outcome.tolerance))
@@ -162,7 +167,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                  outcome: ProfileOutcome, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB,
                  settings: OptimizeSettings, machine: str, source: OnnxSource | None, boundary: BoundaryFn,
                  progress: Progress | None = None, keep: KeepKernel | None = None,
-                 start: StartCost | None = None) -> ProfileOutcome:
+                 start: StartCost | None = None, reference: ReferenceValues | None = None) -> ProfileOutcome:
     """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
     `regions` (name -> the regions it compiles: Inductor's largest), taken after them.
 
@@ -191,14 +196,15 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                              settings.threads, machine)
         first[name] = [c for c in (*own, *unique) if c.key in stored]
         carry[name] = [c for c in own if c.key not in stored]
-    got = outcome.merged(_profile(graph, first, db, settings, machine, source, progress, outcome.fp32_error, keep))
+    got = outcome.merged(_profile(graph, first, db, settings, machine, source, progress, outcome.fp32_error, keep,
+                                   reference))
     records = dict(got.records)
     usable = _usable(records, got.tolerance)
 
     def absorb(want: Mapping[str, Sequence[Candidate]]) -> None:
         """Profile `want` and take in its records."""
         nonlocal got
-        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep)
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, got.tolerance))
@@ -395,9 +401,10 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
 
 def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
              machine: str, source: OnnxSource | None, progress: Progress | None,
-             fp32_error: float | None = None, keep: KeepKernel | None = None) -> ProfileOutcome:
+             fp32_error: float | None = None, keep: KeepKernel | None = None,
+             reference: ReferenceValues | None = None) -> ProfileOutcome:
     return profile(graph, pools, db, settings.threads, machine, settings.profile, settings.accuracy, settings.seed,
-                   progress, source, fp32_error, keep)
+                   progress, source, fp32_error, keep, reference=reference)
 
 
 def _refuse_illegal(graph: Graph, pending: dict[tuple[str, str], Candidate], records: dict[tuple[str, str], Record],

@@ -2,7 +2,8 @@
 
 Kernels are fed the values they would see in the model: one reference run of the primitive graph
 on random model inputs, streamed in topological order, so intermediate tensors are freed once no
-remaining work needs them. A kernel whose outputs disagree with the reference by more than the
+remaining work needs them, or read back from where an optimize keeps them across the profiler's
+calls (reference_values.py). A kernel whose outputs disagree with the reference by more than the
 accuracy policy allows (korch/settings.py: the same rule as the whole-plan check) is rejected with
 the reason and its error stored, and never chosen. A stored rejection is trusted only by the korch
 code that made it (korch/version.py); a kernel that failed for a transient reason (out of memory, a
@@ -35,6 +36,7 @@ from korch.ir.graph import Graph
 from korch.profile.ahead import Ahead, AheadJob, compile_ahead, constant_bytes, scratch_directory
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
+from korch.profile.reference_values import ReferenceValues
 from korch.profile.speed import SpeedWatch
 from korch.profile.timing import CacheSweep, measure, summarize
 from korch.settings import AccuracyPolicy, ProfileSettings
@@ -185,7 +187,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             settings: ProfileSettings = ProfileSettings(), accuracy: AccuracyPolicy = AccuracyPolicy(),
             seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None,
             fp32_error: float | None = None, keep: KeepKernel | None = None,
-            speed_reader: Callable[[], float] | None = None) -> ProfileOutcome:
+            speed_reader: Callable[[], float] | None = None,
+            reference: ReferenceValues | None = None) -> ProfileOutcome:
     """Ensure a record for every (candidate key, backend) pair of `pools` (backend -> candidates).
 
     Stored records are reused. A kernel is accepted when it is within the accuracy policy's tolerance
@@ -196,6 +199,9 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     Kernels timed while the machine ran slow are timed again (korch/profile/speed.py): its speed is
     read by timing a small kernel again every `watch_interval_s`, or by `speed_reader` when given
     (seconds per reading: a test's stand-in for that kernel).
+
+    `reference`: the graph's reference values, kept across calls (guided profiling's rounds); its
+    random inputs replace those of `seed`. Without it, each call streams the reference run again.
     """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
@@ -213,7 +219,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                 records[(key, name)] = stored[key]
             else:
                 jobs.append(Job(cand, name))
-    feeds = random_feeds(graph, seed)
+    feeds = reference.feeds if reference is not None else random_feeds(graph, seed)
     doubtful = [r for r in records.values() if (r.error is not None and r.error > accuracy.rtol) or _retry(r, 0.0)]
     if fp32_error is None and (jobs or doubtful):
         fp32_error = _model_fp32_error(graph, source, feeds, records, whole_model_key)
@@ -271,7 +277,14 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     def run(todo: Sequence[Job], again: bool) -> None:
         """Profile `todo`; `again`: a second profile of kernels timed in a slow spell, set aside in
         `second` until the readings around it are known."""
-        stream = _streamed_values(graph, feeds, todo)
+        t0 = time.perf_counter()
+        kept = reference is not None and reference.ready()      # computed on its first use
+        seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
+        if kept:
+            assert reference is not None
+            stream = ((job, reference.values(job.candidate)) for job in in_stream_order(todo))
+        else:
+            stream = _streamed_values(graph, feeds, todo)
         ordered = in_stream_order(todo)
         compiled: dict[int, Future[Kernel]] = {}
         window_end = 0

@@ -1,5 +1,6 @@
-"""Guided profiling: with a learned cost model, only the kernels the BLP could choose are measured,
-the plan still passes its check, and a warm optimize measures and solves nothing again."""
+"""Guided profiling: with a learned cost model, or on a new machine with the roofline prior alone,
+only the kernels the BLP could choose are measured, the plan still passes its check, and a warm
+optimize measures and solves nothing again."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, Op
 
 SETTINGS = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=QUICK_SELECTION,
                             calibration=QUICK_CALIBRATION, cost_model=CostModelSettings(min_rows=40, rounds=60))
+IN_FULL = replace(SETTINGS, profile=replace(QUICK_PROFILE, guide_by_prior=False))
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +25,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A database that has profiled one model whole: enough for onnxruntime's cost model to learn."""
     path = tmp_path_factory.mktemp("cache") / "profiles.sqlite"
     with ProfileDB(path) as db:
-        _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, SETTINGS)
+        _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, IN_FULL)
     assert stats.guide.backends == () and stats.profiled_new > 100
     return path
 
@@ -53,3 +55,17 @@ def test_a_model_profiled_in_full_is_not_solved_again_once_its_backend_is_guided
     with ProfileDB(trained) as db:
         _, _, again = optimize(zoo.to_model_proto("candy-mini"), db, SETTINGS)
     assert again.guide.backends == ("onnxruntime",) and again.guide.rounds == 0 and again.profiled_new == 0
+
+
+def test_a_new_machine_is_guided_by_the_roofline_prior(tmp_path: Path) -> None:
+    """An empty database: onnxruntime's cost model has learned nothing, so its rescaled roofline prior
+    guides. Fewer kernels are measured than profiling in full would, the plan passes its check, and a
+    warm run measures and solves nothing."""
+    model = zoo.to_model_proto("segformer-mini")
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        _, _, cold = optimize(model, db, SETTINGS)
+        _, _, warm = optimize(model, db, SETTINGS)
+    assert cold.guide.backends == ("onnxruntime",) and cold.guide.stable and cold.guide.skipped > 0
+    assert cold.profiled_new < cold.unique_candidates
+    assert cold.max_rel_error <= cold.check_tolerance
+    assert warm.profiled_new == 0 and warm.guide.rounds == 0 and warm.selection.kernels == cold.selection.kernels

@@ -77,7 +77,10 @@ def test_explain_says_why_the_plan_is_one_engines_whole_model(tmp_path) -> None:
 
     # a split plan would have to run in no time to be kept: the whole model is the plan, whatever the timings
     never_split = dataclasses.replace(QUICK_SELECTION, multi_kernel_margin=0.0, contender_factor=1e9)
-    settings = OptimizeSettings(threads=1, backends=("onnxruntime",), profile=QUICK_PROFILE, selection=never_split,
+    # profiled in full, so that a split plan exists to be timed (guided by the prior, profiling may stop
+    # before one is covered)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime",), selection=never_split,
+                                profile=dataclasses.replace(QUICK_PROFILE, guide_by_prior=False),
                                 calibration=QUICK_CALIBRATION)
     with ProfileDB(tmp_path / "cache" / "profiles.sqlite") as db:
         plan, _, stats = optimize(zoo.to_model_proto("bert-mini"), db, settings)

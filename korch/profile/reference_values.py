@@ -1,0 +1,102 @@
+"""The reference values a model's kernels are fed and checked against, computed once per optimize.
+
+The profiler feeds each kernel the values it would see in the model: the primitive graph run by the
+reference backend on random inputs (profiler.py). Streamed, that run is repeated for every call of
+the profiler, up to the last node its kernels reach. Guided profiling calls it once a round, a few
+dozen kernels anywhere in the model each time, and on segformer-b0 its 27 rounds spent 61 s
+computing the same values again (BENCHMARKS.md).
+
+`ReferenceValues` computes the graph once, on first use, in node order, writing each value to a
+scratch directory under the profile cache (on disk, beside the database, not in memory: segformer-b0's
+values are 1.5 GB) and freeing it once no later node reads it, as the streamed run does. A kernel's
+inputs and outputs are then read back from disk, only for the kernels timed. If the directory cannot
+be written (a full disk), it says so once and every call streams as before (`stored` is False).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from korch.backends.reference import conform, evaluate
+from korch.candidates import Candidate
+from korch.ir.graph import Graph
+from korch.verify import random_feeds
+
+log = logging.getLogger("korch.profile")
+
+
+class ReferenceValues:
+    """One graph's reference values on the random inputs of `seed`, kept on disk under `parent`."""
+
+    def __init__(self, graph: Graph, seed: int, parent: Path) -> None:
+        self.graph = graph
+        self.feeds: dict[str, np.ndarray] = random_feeds(graph, seed)
+        self._parent = parent
+        self._directory: Path | None = None
+        self._files: dict[str, Path] = {}
+        self._failed = False
+        self.seconds = 0.0            # computing and writing the values (read back: in the profiler's phases)
+
+    def ready(self) -> bool:
+        """Computes the values on first use. False if they could not be kept (then stream instead)."""
+        if self._directory is None and not self._failed:
+            self._compute()
+        return not self._failed
+
+    def values(self, candidate: Candidate) -> dict[str, np.ndarray]:
+        """The constants and model inputs, and the candidate's inputs and outputs, as the reference
+        computes them (after `ready()` said True)."""
+        env: dict[str, np.ndarray] = {**self.graph.constants, **self.feeds}
+        for name in (*candidate.inputs, *candidate.outputs):
+            if name not in env:
+                env[name] = np.load(self._files[name], allow_pickle=False)
+        return env
+
+    def _compute(self) -> None:
+        t0 = time.perf_counter()
+        graph = self.graph
+        last_read: dict[str, int] = {}
+        for k, node in enumerate(graph.nodes):
+            for v in node.inputs:
+                last_read[v] = k
+        env: dict[str, np.ndarray] = {**graph.constants, **self.feeds}
+        try:
+            directory = Path(tempfile.mkdtemp(prefix="korch-reference-", dir=self._parent))
+            atexit.register(shutil.rmtree, directory, True)
+            self._directory = directory
+            for k, node in enumerate(graph.nodes):
+                t = graph.types[node.output]
+                value = conform(evaluate(node, [env[i] for i in node.inputs], t.dtype.numpy), t)
+                path = directory / f"{k}.npy"
+                np.save(path, np.asarray(value), allow_pickle=False)
+                self._files[node.output] = path
+                env[node.output] = value
+                for v in node.inputs:
+                    if last_read.get(v) == k and v not in graph.constants and v not in self.feeds:
+                        env.pop(v, None)
+        except OSError as e:
+            self._failed = True
+            self.close()
+            log.warning("profile: cannot keep the reference values under %s (%s): they are computed again for "
+                        "every round of profiling", self._parent, e)
+        self.seconds += time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Remove the values from disk."""
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+            self._files.clear()
+
+    def __enter__(self) -> ReferenceValues:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
