@@ -9,14 +9,16 @@ computing the same values again (BENCHMARKS.md).
 `ReferenceValues` computes the graph once, on first use, in node order, writing each value to a
 scratch directory under the profile cache (on disk, beside the database, not in memory: segformer-b0's
 values are 1.5 GB) and freeing it once no later node reads it, as the streamed run does. A kernel's
-inputs and outputs are then read back from disk, only for the kernels timed. If the directory cannot
-be written (a full disk), it says so once and every call streams as before (`stored` is False).
+inputs and outputs are then read back from disk, only for the kernels timed. The directory is
+removed at the end of the optimize, or by the next one if its process was killed. If it cannot be
+written (a full disk), that is said once and every call streams as before (`ready()` is False).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -30,6 +32,8 @@ from korch.ir.graph import Graph
 from korch.verify import random_feeds
 
 log = logging.getLogger("korch.profile")
+
+PREFIX = "korch-reference-"          # then the pid of the optimize that writes it
 
 
 class ReferenceValues:
@@ -68,7 +72,8 @@ class ReferenceValues:
                 last_read[v] = k
         env: dict[str, np.ndarray] = {**graph.constants, **self.feeds}
         try:
-            directory = Path(tempfile.mkdtemp(prefix="korch-reference-", dir=self._parent))
+            remove_stale(self._parent)
+            directory = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=self._parent))
             atexit.register(shutil.rmtree, directory, True)
             self._directory = directory
             for k, node in enumerate(graph.nodes):
@@ -100,3 +105,21 @@ class ReferenceValues:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def remove_stale(parent: Path) -> None:
+    """Remove the value directories of optimizes whose process is gone (killed before it could clean
+    up: a directory can hold gigabytes). Those of live processes, which may share the cache, stay."""
+    for directory in parent.glob(f"{PREFIX}*"):
+        pid = directory.name[len(PREFIX):].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # another user's process
+        return True
+    return True

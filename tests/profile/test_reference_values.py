@@ -4,6 +4,9 @@ to streaming."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,3 +79,19 @@ def test_a_directory_that_cannot_be_written_falls_back_to_streaming(tmp_path: Pa
         assert not reference.ready()
     assert all(r.status is Status.OK for r in outcome.records.values()) and len(outcome.records) == 4
     assert any("cannot keep the reference values" in r.message for r in caplog.records)
+
+
+def test_directories_left_by_a_killed_optimize_are_removed(tmp_path: Path) -> None:
+    """A directory of a process that is gone goes when the next optimize keeps its values; one of a
+    live process (another optimize sharing the cache) stays."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / f"korch-reference-{gone.pid}-abc"
+    stale.mkdir()
+    (stale / "0.npy").write_bytes(b"x")
+    live = tmp_path / f"korch-reference-{os.getppid()}-def"
+    live.mkdir()
+    with ReferenceValues(_graph(), 0, tmp_path) as reference:
+        assert reference.ready()
+        mine = [d for d in tmp_path.iterdir() if d.name.startswith(f"korch-reference-{os.getpid()}-")]
+        assert len(mine) == 1 and not stale.exists() and live.exists()
