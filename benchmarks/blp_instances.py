@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
     exact = blp._exact
 
-    def plain(cost, integrality, matrix, lower, time_limit):
-        result = blp._milp(cost, integrality, matrix, lower, time_limit)
+    def plain(cost, integrality, matrix, lower, upper, time_limit):
+        result = blp._milp(cost, integrality, matrix, lower, upper, time_limit)
         return blp._Solved(result.x, blp._dual(result), result.status == 0, "HiGHS MILP over every option")
 
     print(f"{'instance':28} {'options':>7} {'plain MILP s':>12} {'korch s':>8} {'same cost':>9}  proof")

@@ -35,9 +35,15 @@ from korch.costmodel.model import CostModel, MachinePeaks, model_path, read_mode
 from korch.pipeline import candidate_universe, enumerate_all, profile_pools, run_fission  # noqa: E402
 from korch.profile.boundaries import boundary_model  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, Rejection, Status, machine_fingerprint  # noqa: E402
-from korch.profile.guided import _calibration_sample, _options, _predicted_costs, _scale, solve_until_stable  # noqa: E402
+from korch.profile.guided import (  # noqa: E402
+    SplitProblem,
+    _calibration_sample,
+    _predicted_costs,
+    _scale,
+    solve_until_stable,
+)
 from korch.profile.profiler import accepted, record_version  # noqa: E402
-from korch.select.blp import SelectionError, relaxation, solve  # noqa: E402
+from korch.select.blp import SelectionError  # noqa: E402
 from korch.settings import OptimizeSettings  # noqa: E402
 
 
@@ -84,17 +90,9 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
     def boundary(p: str, c: str, v: str) -> float:
         return boundaries.cost(p, c, graph.types[v])
 
-    start = boundaries.start              # each kernel's engine start, as guided profiling charges it
-
-    def solve_split(options):
-        return solve(options, graph.inputs, graph.outputs, required=range(whole),
-                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary, start=start)
-
-    def relax(options):
-        return relaxation(options, graph.inputs, graph.outputs, required=range(whole),
-                          time_limit=settings.selection.solver_time_limit_s, boundary=boundary, start=start)
-
-    best = solve_split(_options(run_pools, usable_all, {}, {}, whole)[0]).cost
+    # each kernel's engine start charged, as guided profiling charges it
+    problem = SplitProblem(graph, run_pools, boundary, boundaries.start, settings.selection.solver_time_limit_s)
+    best = problem.solve(usable_all, {}, {}).cost
     print(f"{model}: {len(legal)} legal guided pairs ({missing} without a stored record, left out); "
           f"exhaustive split optimum {best * 1e3:.3f} ms")
     wholes = [usable_all[(c.key, name)] for name, cs in pools.items() for c in cs
@@ -128,13 +126,11 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                         usable[(c.key, name)] = usable_all[(c.key, name)]
 
         t0 = time.perf_counter()
-        rounds, stable = solve_until_stable(run_pools, usable, pending, optimistic, whole,
-                                            lambda options: solve_split(options).chosen, measure,
-                                            ps.guide_rounds, batch, relax if relaxed or barred else None,
-                                            bar=best_whole if barred else None)
+        rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, ps.guide_rounds, batch,
+                                            relaxed or barred, bar=best_whole if barred else None)
         seconds = time.perf_counter() - t0
         try:
-            kept = solve_split(_options(run_pools, usable, {}, {}, whole)[0]).cost
+            kept = problem.solve(usable, {}, {}).cost
             kept_text, regret = f"{kept * 1e3:.3f}", f"{kept / best - 1:+.2%}"
         except SelectionError:
             kept, kept_text, regret = float("inf"), "none", "-"

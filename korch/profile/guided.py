@@ -41,6 +41,7 @@ import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from korch.backends import get_backend
 from korch.candidates import Candidate, extract_subgraph
@@ -52,7 +53,16 @@ from korch.profile.database import ProfileDB, Record, Rejection
 from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
 from korch.profile.prune import best_times, floor_seconds, single_times
 from korch.profile.reference_values import ReferenceValues
-from korch.select.blp import Option, Relaxation, SelectionError, StartCost, relaxation, solve
+from korch.select.blp import (
+    DEFAULT_TIME_LIMIT_S,
+    Formulation,
+    Option,
+    Relaxation,
+    Selection,
+    SelectionError,
+    StartCost,
+    formulate,
+)
 from korch.settings import OptimizeSettings
 from korch.version import code_version
 
@@ -140,9 +150,9 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
              ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale)))
     optimistic = {pair: predicted[pair] * scale[pair[1]] * ps.guide_optimism for pair in pending}
 
-    solve_split, relax = _solvers(graph, settings, boundary, start)
-    rounds, stable = solve_until_stable(pools, usable, pending, optimistic, whole, solve_split, measure,
-                                        ps.guide_rounds, ps.guide_batch, relax, bar=_best_whole(pools, usable, whole))
+    split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s)
+    rounds, stable = solve_until_stable(split, usable, pending, optimistic, measure, ps.guide_rounds, ps.guide_batch,
+                                        bar=_best_whole(pools, usable, whole))
     if stable:
         db.put_guided_done(problem)
     else:
@@ -265,9 +275,9 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
 
         refloor()
         legal = len(pending)
-        solve_split, relax = _solvers(graph, settings, boundary, start)
-        rounds, stable = solve_until_stable(everything, usable, pending, floors, whole, solve_split, measure,
-                                            ps.guide_rounds, ps.inductor_batch, relax, ps.inductor_budget,
+        split = SplitProblem(graph, everything, boundary, start, settings.selection.solver_time_limit_s)
+        rounds, stable = solve_until_stable(split, usable, pending, floors, measure, ps.guide_rounds,
+                                            ps.inductor_batch, budget=ps.inductor_budget,
                                             bar=_best_whole(everything, usable, whole), refine=refine)
         db.put_guided_done(problem)
         log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
@@ -294,30 +304,66 @@ def _best_whole(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[
                 if c.size == whole and (c.key, name) in usable), default=None)
 
 
-def _solvers(graph: Graph, settings: OptimizeSettings, boundary: BoundaryFn, start: StartCost | None = None
-             ) -> tuple[Callable[[list[Option]], Sequence[Option]], Callable[[list[Option]], Relaxation | None]]:
-    """The split-plan BLP (every primitive covered, no whole model) and its LP relaxation."""
-    whole = len(graph.nodes)
+class SplitProblem:
+    """The split-plan BLP (every primitive covered, no whole model) that a guided loop solves round
+    after round, formulated once over every (candidate, backend) pair of `pools`: a round only prices
+    it, each measured pair at its time, each pending one at its optimistic cost, and leaves the rest
+    out (rejected, or never measured). Built again each round, the BLP took 0.36 s of yolox-nano's
+    0.6 s rounds (benchmarks/guided_replay.py). Formulated at the first solve, so that a problem with
+    no split plan at all raises SelectionError there."""
 
-    def solve_split(options: list[Option]) -> Sequence[Option]:
-        return solve(options, graph.inputs, graph.outputs, required=range(whole),
-                     time_limit=settings.selection.solver_time_limit_s, boundary=boundary, start=start).chosen
+    def __init__(self, graph: Graph, pools: Mapping[str, Sequence[Candidate]], boundary: BoundaryFn | None = None,
+                 start: StartCost | None = None, time_limit: float = DEFAULT_TIME_LIMIT_S) -> None:
+        self._graph, self._boundary, self._start, self.time_limit = graph, boundary, start, time_limit
+        whole = len(graph.nodes)
+        self._options: list[Option] = []
+        self.pairs: dict[str, tuple[str, str]] = {}        # option key -> (candidate key, backend)
+        for name, candidates in pools.items():
+            for c in candidates:
+                if c.size != whole:
+                    o = candidate_option(c, name, 0.0, len(self._options))
+                    self._options.append(o)
+                    self.pairs[o.key] = (c.key, name)
 
-    def relax(options: list[Option]) -> Relaxation | None:
-        return relaxation(options, graph.inputs, graph.outputs, required=range(whole),
-                          time_limit=settings.selection.solver_time_limit_s, boundary=boundary, start=start)
-    return solve_split, relax
+    @cached_property
+    def formulation(self) -> Formulation | None:
+        g = self._graph
+        return formulate(self._options, g.inputs, g.outputs, range(len(g.nodes)), self._boundary, self._start)
+
+    def prices(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
+               optimistic: Mapping[tuple[str, str], float]) -> dict[str, float]:
+        """Option key -> cost: a measured pair's time (`costs`), else a pending pair's optimistic cost."""
+        prices = {}
+        for key, pair in self.pairs.items():
+            cost = costs.get(pair)
+            if cost is None and pair in pending:
+                cost = optimistic.get(pair)
+            if cost is not None:
+                prices[key] = cost
+        return prices
+
+    def relax(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
+              optimistic: Mapping[tuple[str, str], float]) -> Relaxation | None:
+        """The LP relaxation at these costs (blp.relaxation)."""
+        f = self.formulation
+        return Relaxation((), 0.0) if f is None else f.relax(self.prices(costs, pending, optimistic), self.time_limit)
+
+    def solve(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
+              optimistic: Mapping[tuple[str, str], float]) -> Selection:
+        """The best split plan at these costs (blp.solve)."""
+        f = self.formulation
+        if f is None:
+            return Selection((), 0.0, 0.0, 0.0, True)
+        return f.solve(self.prices(costs, pending, optimistic), self.time_limit)
 
 
-def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[tuple[str, str], float],
+def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], float],
                        pending: dict[tuple[str, str], Candidate], optimistic: Mapping[tuple[str, str], float],
-                       whole: int, solve_split: Callable[[list[Option]], Sequence[Option]],
                        measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
-                       max_rounds: int, batch_size: int = 1,
-                       relax: Callable[[list[Option]], Relaxation | None] | None = None,
+                       max_rounds: int, batch_size: int = 1, relax: bool = True,
                        budget: int | None = None, bar: float | None = None,
                        refine: Callable[[Sequence[tuple[str, str]]], int] | None = None) -> tuple[int, bool]:
-    """Solve over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
+    """Solve `problem` over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
     A round measures the pending kernels the solve chose and, up to `batch_size` in all, the pending
@@ -327,7 +373,7 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
     optimum over all measured costs: a cheaper choice would have been chosen at its lower costs.
 
     `relax` (the LP relaxation, blp.relaxation): a round first measures the pending kernels it leans
-    on, and solves exactly (`solve_split`) only once it leans on none (or the LP was not solved:
+    on, and solves exactly only once it leans on none (or the LP was not solved:
     None); the loop still ends only when an exact solve chooses measured kernels alone, or (`bar`)
     when the LP's cost, a lower bound on every split plan at these costs, is at least `bar` (the
     best whole model's time: no split plan could then be kept, whatever the pending kernels measure,
@@ -342,16 +388,15 @@ def solve_until_stable(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[
     rounds = spent = 0
     while rounds < max_rounds and (budget is None or spent < budget):
         rounds += 1
-        options, pairs = _options(pools, costs, pending, optimistic, whole)
         try:
-            relaxed = relax(options) if relax is not None else None
+            relaxed = problem.relax(costs, pending, optimistic) if relax else None
             if relaxed is not None and bar is not None and relaxed.bound_s >= bar:
                 log.info("guided profiling: no split plan can run below %.3f ms (LP bound %.3f ms): stopping",
                          bar * 1e3, relaxed.bound_s * 1e3)
                 return rounds, True
-            fresh = _pending_in(relaxed.support, pairs, pending) if relaxed is not None else []
+            fresh = _pending_in(relaxed.support, problem.pairs, pending) if relaxed is not None else []
             if not fresh:
-                fresh = _pending_in(solve_split(options), pairs, pending)
+                fresh = _pending_in(problem.solve(costs, pending, optimistic).chosen, problem.pairs, pending)
         except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
             log.info("guided profiling: no split plan to guide by (%s)", e)
             return rounds, True
@@ -455,22 +500,3 @@ def _scale(records: Mapping[tuple[str, str], Record], predicted: Mapping[tuple[s
     percent within minutes and by 2x across days: benchmarks/machine_drift.py)."""
     ratios = [r.median_s / predicted[p] for p in pairs if (r := records.get(p)) is not None and r.median_s]
     return statistics.median(ratios) if ratios else 1.0
-
-
-def _options(pools: Mapping[str, Sequence[Candidate]], costs: Mapping[tuple[str, str], float],
-             pending: Mapping[tuple[str, str], Candidate], optimistic: Mapping[tuple[str, str], float],
-             whole: int) -> tuple[list[Option], dict[str, tuple[str, str]]]:
-    """Split-plan options: each usable measured kernel at its time, each pending one at its optimistic
-    cost. Returns them with each option's (candidate key, backend)."""
-    options: list[Option] = []
-    pairs: dict[str, tuple[str, str]] = {}
-    for name, candidates in pools.items():
-        for c in candidates:
-            pair = (c.key, name)
-            cost = costs.get(pair, optimistic.get(pair) if pair in pending else None)
-            if c.size == whole or cost is None:
-                continue
-            o = candidate_option(c, name, cost, len(options))
-            options.append(o)
-            pairs[o.key] = pair
-    return options, pairs

@@ -9,8 +9,7 @@ import pytest
 
 from korch.candidates import enumerate_candidates
 from korch.candidates.enumerate import CandidateLimits
-from korch.profile.guided import _options, solve_until_stable
-from korch.select.blp import relaxation, solve
+from korch.profile.guided import SplitProblem, solve_until_stable
 from tests.backends.graphs import conv_bias_relu, mlp_gelu
 
 
@@ -29,22 +28,12 @@ def test_lower_bounds_lead_to_the_exhaustive_optimum(seed: int, relaxed: bool) -
                 asked.append((c.key, name))
                 measured[(c.key, name)] = true[(c.key, name)]
 
-    def solve_split(options):
-        return solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes))).chosen
-
-    def relax(options):
-        relaxed = relaxation(options, graph.inputs, graph.outputs, required=range(len(graph.nodes)))
-        assert relaxed is not None
-        made = {t for o in relaxed.support for t in o.outputs}
-        assert set(graph.outputs) <= made          # a fractional cover still covers every output
-        assert relaxed.bound_s <= sum(o.cost for o in solve_split(options)) * (1 + 1e-9)   # a lower bound
-        return relaxed
-
-    rounds, stable = solve_until_stable(pools, measured, pending, optimistic, len(graph.nodes), solve_split,
-                                        measure, max_rounds=100, batch_size=batch,
-                                        relax=relax if relaxed else None)
-    best = sum(o.cost for o in solve_split(_all(pools, true)))
-    chosen_cost = sum(o.cost for o in solve_split(_all(pools, measured)))
+    problem = _Checked(graph, pools)
+    rounds, stable = solve_until_stable(problem, measured, pending, optimistic, measure, max_rounds=100,
+                                        batch_size=batch, relax=relaxed)
+    assert problem.relaxed == relaxed
+    best = SplitProblem(graph, pools).solve(true, {}, {}).cost
+    chosen_cost = SplitProblem(graph, pools).solve(measured, {}, {}).cost
     assert stable and rounds >= 1 and len(asked) == len(set(asked))
     assert chosen_cost == pytest.approx(best, rel=1e-9)
     if batch == 1:                        # (a larger batch may measure every kernel of these small graphs)
@@ -64,9 +53,20 @@ def _problem(rng, seed: int):
     return graph, pools, true, measured, pending
 
 
-def _all(pools, costs):
-    """Every kernel with a cost, as options (no candidate here is the whole graph)."""
-    return _options(pools, costs, {}, {}, whole=-1)[0]
+class _Checked(SplitProblem):
+    """Checks each LP relaxation: a fractional cover still covers every output, and its cost is a lower
+    bound on the exact solve's at the same costs."""
+
+    relaxed = False
+
+    def relax(self, costs, pending, optimistic):
+        relaxed = super().relax(costs, pending, optimistic)
+        assert relaxed is not None
+        self.relaxed = True
+        made = {t for o in relaxed.support for t in o.outputs}
+        assert set(self._graph.outputs) <= made
+        assert relaxed.bound_s <= self.solve(costs, pending, optimistic).cost * (1 + 1e-9)
+        return relaxed
 
 
 @pytest.mark.parametrize("budget", [1, 2, 4])
@@ -87,11 +87,8 @@ def test_a_budget_caps_the_kernels_measured_and_ends_unstable(budget: int) -> No
             asked.extend((c.key, name) for c in cs)
             measured.update({(c.key, name): float(c.size) for c in cs})
 
-    def solve_split(options):
-        return solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes))).chosen
-
-    rounds, stable = solve_until_stable(pools, measured, pending, dict.fromkeys(pending, 0.0), len(graph.nodes),
-                                        solve_split, measure, max_rounds=100, batch_size=2, budget=budget)
+    rounds, stable = solve_until_stable(SplitProblem(graph, pools), measured, pending, dict.fromkeys(pending, 0.0),
+                                        measure, max_rounds=100, batch_size=2, relax=False, budget=budget)
     assert not stable and len(asked) == budget == len(set(asked))
     assert rounds <= budget
 
@@ -107,15 +104,7 @@ def test_a_bar_no_split_plan_can_beat_stops_the_loop_before_measuring(seed: int)
     measured = {(c.key, "a"): float(rng.uniform(1, 10)) for c in cands}
     pending = {(c.key, "b"): c for c in cands}
     optimistic = {pair: 0.5 for pair in pending}
-    required = range(len(graph.nodes))
-
-    def relax(options):
-        return relaxation(options, graph.inputs, graph.outputs, required=required)
-
-    def solve_split(options):
-        return solve(options, graph.inputs, graph.outputs, required=required).chosen
-
-    bound = relax(_options(pools, measured, pending, optimistic, len(graph.nodes))[0]).bound_s
+    bound = SplitProblem(graph, pools).relax(measured, pending, optimistic).bound_s
     asked: list[tuple[str, str]] = []
 
     def measure(want) -> None:
@@ -125,8 +114,8 @@ def test_a_bar_no_split_plan_can_beat_stops_the_loop_before_measuring(seed: int)
 
     for bar, stops in ((bound, True), (bound * 1.001, False)):
         asked.clear()
-        rounds, stable = solve_until_stable(pools, dict(measured), dict(pending), optimistic, len(graph.nodes),
-                                            solve_split, measure, max_rounds=100, relax=relax, bar=bar)
+        rounds, stable = solve_until_stable(SplitProblem(graph, pools), dict(measured), dict(pending), optimistic,
+                                            measure, max_rounds=100, bar=bar)
         assert stable
         assert (not asked) is stops, (bar, bound, asked)
 
@@ -157,15 +146,12 @@ def test_a_refine_that_raises_floors_ends_the_round_and_still_reaches_the_optimu
             optimistic.update({pair: true[pair] * 0.99 for pair in pending})
             return 3
 
-        def solve_split(options):
-            return solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes))).chosen
-
-        rounds, stable = solve_until_stable(pools, measured, pending, optimistic, len(graph.nodes), solve_split,
-                                            measure, max_rounds=100, batch_size=2, budget=budget, refine=refine)
+        rounds, stable = solve_until_stable(SplitProblem(graph, pools), measured, pending, optimistic, measure,
+                                            max_rounds=100, batch_size=2, relax=False, budget=budget, refine=refine)
         assert refined == [0]
         if budget is not None:
             assert not stable and not asked and rounds == 1
             continue
         assert stable and rounds >= 2 and asked
-        best = sum(o.cost for o in solve_split(_all(pools, true)))
-        assert sum(o.cost for o in solve_split(_all(pools, measured))) == pytest.approx(best, rel=1e-9)
+        best = SplitProblem(graph, pools).solve(true, {}, {}).cost
+        assert SplitProblem(graph, pools).solve(measured, {}, {}).cost == pytest.approx(best, rel=1e-9)
