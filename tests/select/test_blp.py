@@ -298,3 +298,19 @@ def test_a_formulation_priced_again_solves_as_a_fresh_problem() -> None:
             assert problem.relax(costs).bound_s == pytest.approx(lp_want.bound_s), seed
             fixed += "reduced-cost fixing" in got.proof
     assert fixed > 0
+
+
+def test_a_formulation_priced_without_any_producer_of_an_output_is_infeasible() -> None:
+    """Leaving out every option that makes an output is no plan: both the relaxation and the exact
+    solve say so, and the formulation still solves at costs that allow one afterwards."""
+    from korch.select.blp import formulate
+
+    options = [Option("a", frozenset({"x"}), frozenset({"y"}), 1.0),
+               Option("b", frozenset({"x"}), frozenset({"y"}), 2.0),
+               Option("c", frozenset({"y"}), frozenset({"z"}), 1.0)]
+    problem = formulate(options, {"x"}, ["z"])
+    for priced in (problem.relax, problem.solve):
+        with pytest.raises(SelectionError, match="no feasible selection"):
+            priced({"c": 1.0})
+    assert problem.relax({"b": 0.5, "c": 1.0}).bound_s == pytest.approx(1.5)
+    assert [o.key for o in problem.solve({"a": 3.0, "b": 0.5, "c": 1.0}).chosen] == ["b", "c"]
