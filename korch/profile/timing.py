@@ -169,7 +169,8 @@ def median_known(samples: Sequence[float], precision: float) -> bool:
 
 def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup: int = DEFAULT_WARMUP,
                 calls_per_round: int = 1, settle_s: float = 0.0, turn_warmup: int = 0,
-                clock: Clock = time.perf_counter_ns) -> dict[str, Timing]:
+                clock: Clock = time.perf_counter_ns,
+                decided: Callable[[Mapping[str, Sequence[float]]], bool] | None = None) -> dict[str, Timing]:
     """Time several systems side by side: in each round every system runs `calls_per_round` calls.
 
     The order of the systems rotates from round to round, so no system always runs right after the
@@ -182,6 +183,9 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
     (parked threads, idle cores; efficientvit-b1 under onnxruntime: 15.7 ms median right after a
     20 ms sleep, 4.9 ms back to back, 5.2 ms after one untimed call), so without them the pause
     would measure wake-up, not the system.
+
+    `decided(samples)`, asked after each round with every system's samples so far, ends the timing
+    early when it says the rounds left could not change what the caller decides from them.
     """
     _check_counts(warmup=warmup, repeats=rounds, max_runs=rounds)
     if turn_warmup < 0:
@@ -207,17 +211,36 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
             for _ in range(calls_per_round):
                 fn()
             samples[name].append((clock() - t0) / 1e9 / calls_per_round)
+        if decided is not None and r + 1 < rounds and decided(samples):
+            break
     return {name: replace(summarize(samples[name]), samples_s=tuple(samples[name])) for name in names}
 
 
 def side_by_side(fns: Mapping[str, Callable[[], object]], rounds: int, one_call_s: float, *,
-                 warmup: int = DEFAULT_WARMUP) -> dict[str, Timing]:
+                 warmup: int = DEFAULT_WARMUP,
+                 decided: Callable[[Mapping[str, Sequence[float]]], bool] | None = None) -> dict[str, Timing]:
     """`interleaved` with the settings that make whole systems comparable on a busy machine: enough
     calls per round for MIN_ROUND_SECONDS (given the time of one call), a settling pause and a
     warm-up call before each turn."""
     per_round = max(1, int(MIN_ROUND_SECONDS / max(one_call_s, 1e-9)))
     return interleaved(fns, rounds, warmup=warmup, calls_per_round=per_round, settle_s=SETTLE_SECONDS,
-                       turn_warmup=TURN_WARMUP)
+                       turn_warmup=TURN_WARMUP, decided=decided)
+
+
+def median_ratio_decided(first: str, second: str, rounds: int, wins: Callable[[float], bool]
+                         ) -> Callable[[Mapping[str, Sequence[float]]], bool]:
+    """For `interleaved`'s `decided`: whether the median over all `rounds` of second's sample over
+    first's, round by round (`paired_ratio`), is already known to satisfy `wins` or known not to,
+    whatever the rounds left measure. `wins` must be monotone (a threshold: ratio <= t, ratio < t, or
+    their negations): once more than half of the `rounds` ratios fall on one side, the median's middle
+    order statistics (both, for an even count) lie there too. The verdict is then the one all rounds
+    would give; only the medians reported come from fewer rounds."""
+    need = rounds // 2 + 1
+
+    def decided(samples: Mapping[str, Sequence[float]]) -> bool:
+        said = [wins(b / a) for a, b in zip(samples[first], samples[second])]
+        return sum(said) >= need or len(said) - sum(said) >= need
+    return decided
 
 
 def summarize(samples_s: Sequence[float]) -> Timing:

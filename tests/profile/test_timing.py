@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from korch.profile.timing import Timing, interleaved, measure, paired_ratio, summarize
+from korch.profile.timing import Timing, interleaved, measure, median_ratio_decided, paired_ratio, summarize
 
 # Fake-clock results are exact up to float rounding of ns -> s conversions.
 REL = 1e-9
@@ -160,6 +160,33 @@ def test_interleaved_turn_warmup_keeps_each_turns_cold_call_out_of_the_sample() 
     assert cold["a"].median_s > 100e-6                          # without it the cold call dominates
     with pytest.raises(ValueError):
         interleaved(fns, rounds=1, turn_warmup=-1)
+
+
+@pytest.mark.parametrize("rounds", [5, 6, 15])
+@pytest.mark.parametrize("seed", range(20))
+def test_a_duel_stopped_once_decided_gives_the_verdict_of_all_its_rounds(rounds: int, seed: int) -> None:
+    """Rounds of random ratios around a threshold: timing stops as soon as more than half of all the
+    rounds' ratios fall on one side, and the median of the rounds run is then on the side the median
+    of all of them would be; a clear duel stops at that majority, a close one may run to the end."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    clock = FakeClock()
+    b_times = [int(1000 * r) for r in rng.uniform(0.9, 1.1 + 0.4 * (seed % 2), size=rounds)]
+    def fns():                # each run from the same first round
+        return {"a": clock.task("a", [1000]), "b": clock.task("b", b_times)}
+    for threshold, wins in ((1.0, lambda r: r < 1.0), (1.02, lambda r: r <= 1.02)):
+        full = interleaved(fns(), rounds, warmup=0, clock=clock)
+        early = interleaved(fns(), rounds, warmup=0, clock=clock, decided=median_ratio_decided("a", "b", rounds, wins))
+        assert early["a"].samples_s == full["a"].samples_s[:early["a"].runs]
+        assert wins(paired_ratio(early["a"], early["b"])) == wins(paired_ratio(full["a"], full["b"])), threshold
+        said = [wins(b / a) for a, b in zip(early["a"].samples_s, early["b"].samples_s)]
+        majority = max(sum(said), len(said) - sum(said))
+        assert majority == rounds // 2 + 1 or early["a"].runs == rounds
+    clear = {"a": clock.task("a", [1000]), "b": clock.task("b", [2000])}
+    stopped = interleaved(clear, rounds, warmup=0, clock=clock, decided=median_ratio_decided("a", "b", rounds,
+                                                                                              lambda r: r < 1.0))
+    assert stopped["b"].runs == rounds // 2 + 1
 
 
 def test_interleaved_needs_callables_and_rounds() -> None:
