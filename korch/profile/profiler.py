@@ -28,7 +28,6 @@ import numpy as np
 
 from korch.backends import Backend, CompileOptions, Kernel, get_backend
 from korch.backends.placement import pinned, placement
-from korch.backends.reference import conform, evaluate
 from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model, region_model_sharing
 from korch.heap import release_freed_heap
@@ -36,7 +35,7 @@ from korch.ir.graph import Graph
 from korch.profile.ahead import Ahead, AheadJob, compile_ahead, constant_bytes, scratch_directory
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
-from korch.profile.reference_values import ReferenceValues
+from korch.profile.reference_values import ReferenceValues, reference_run
 from korch.profile.speed import SpeedWatch
 from korch.profile.timing import CacheSweep, measure, summarize
 from korch.settings import AccuracyPolicy, ProfileSettings
@@ -131,37 +130,17 @@ def in_stream_order(jobs: Sequence[Job]) -> list[Job]:
 def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequence[Job]):
     """Yield (job, values) in order of each job's last node, computing reference values lazily and
     dropping each one as soon as no later node or job needs it."""
-    need_until: dict[str, int] = {}      # the last position (node index, or job end) that reads a value
-    for k, node in enumerate(graph.nodes):
-        for v in node.inputs:
-            need_until[v] = max(need_until.get(v, -1), k)
+    needed_until: dict[str, int] = {}
     for job in jobs:
         # a job runs after its last node is computed: its values must outlive that node
         end = max(job.candidate.nodes) + 1
         for v in job.candidate.inputs + job.candidate.outputs:
-            need_until[v] = max(need_until.get(v, -1), end)
-    # A value dies when the position passes its last need. It is dropped by that schedule, not when
-    # a consumer runs: a job can need a value after its last consumer, and no node would drop it then
-    # (yolov4 kept every activation, 1.7 GB, against a true peak of 0.3 GB).
-    dies: dict[int, list[str]] = {}
-    for k, node in enumerate(graph.nodes):
-        dies.setdefault(max(need_until.get(node.output, -1), k) + 1, []).append(node.output)
-    for name in feeds:
-        if name not in graph.constants:
-            dies.setdefault(need_until.get(name, -1) + 1, []).append(name)
-    env: dict[str, np.ndarray] = {**graph.constants, **feeds}
-    position = 0
-    for v in dies.pop(0, ()):
-        env.pop(v, None)
+            needed_until[v] = max(needed_until.get(v, -1), end)
+    run = reference_run(graph, feeds, needed_until)
+    position, env = -1, dict(feeds)
     for job in in_stream_order(jobs):
-        end = max(job.candidate.nodes)
-        while position <= end:
-            node = graph.nodes[position]
-            t = graph.types[node.output]
-            env[node.output] = conform(evaluate(node, [env[i] for i in node.inputs], t.dtype.numpy), t)
-            position += 1
-            for v in dies.pop(position, ()):
-                env.pop(v, None)
+        while position < max(job.candidate.nodes):
+            position, env = next(run)
         yield job, env
 
 
