@@ -429,6 +429,20 @@ class ProfileDB:
                                    (version,), candidate_keys)
         return {row[0] for row in rows}
 
+    def features(self, candidate_keys: Iterable[str], version: int) -> dict[str, tuple[float, ...]]:
+        """The stored feature vector of `version` of each of `candidate_keys` that has one (an unreadable
+        one is left out, to be computed again)."""
+        rows = self._rows_for_keys(
+            "SELECT candidate_key, vector FROM features WHERE version = ? AND candidate_key IN ({})", (version,),
+            candidate_keys)
+        out = {}
+        for key, vector in rows:
+            try:
+                out[key] = tuple(float(x) for x in json.loads(vector))
+            except (ValueError, TypeError):
+                log.warning("%s: unreadable feature vector for %s; computed again", self.path, key[:12])
+        return out
+
     def timed_with_features(self, backend: str, machine: str, version: int) -> list[TimedKernel]:
         """Every timed (ok) record of `backend` on `machine` whose key has a feature vector of `version`,
         newest first, with the models its key was seen in: what a cost model learns from."""

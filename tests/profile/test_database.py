@@ -177,6 +177,7 @@ def test_features_and_sightings_feed_cost_models_and_older_files_gain_the_tables
         assert [r.features for r in db.timed_with_features("inductor", MACHINE, 2)] == [(5.0, 6.0, 7.0)]
         # what a second model need not compute again: keys with a vector of the version asked
         assert db.keys_with_features(["a", "b", "z"], 1) == {"b"} and db.keys_with_features(["a", "b"], 2) == {"a"}
+        assert db.features(["a", "b", "z"], 1) == {"b": (3.0, 4.0)} and db.features(["a"], 2) == {"a": (5.0, 6.0, 7.0)}
         db.put_features("model-4", 2, {}, seen=["a"])              # seen, its vector known: only the sighting
         assert next(iter(db.timed_with_features("inductor", MACHINE, 2))).models == {"model-1", "model-2", "model-3",
                                                                                       "model-4"}
@@ -190,7 +191,7 @@ def test_features_and_sightings_feed_cost_models_and_older_files_gain_the_tables
     with sqlite3.connect(path) as conn:            # a damaged vector is skipped, not trusted
         conn.execute("UPDATE features SET vector = '[1, ' WHERE candidate_key = 'b'")
     with ProfileDB(path) as db:
-        assert db.timed_with_features("inductor", MACHINE, 1) == []
+        assert db.timed_with_features("inductor", MACHINE, 1) == [] and db.features(["b"], 1) == {}
 
 
 def test_creates_missing_cache_directories(tmp_path: Path) -> None:

@@ -155,3 +155,24 @@ def test_a_refine_that_raises_floors_ends_the_round_and_still_reaches_the_optimu
         assert stable and rounds >= 2 and asked
         best = SplitProblem(graph, pools).solve(true, {}, {}).cost
         assert SplitProblem(graph, pools).solve(measured, {}, {}).cost == pytest.approx(best, rel=1e-9)
+
+
+def test_predictions_read_the_stored_features_and_compute_the_missing(tmp_path) -> None:
+    """Predicted costs from the features the pipeline stored equal those computed afresh; a key whose
+    stored vector is of another length (a damaged row) is computed again, not trusted."""
+    from korch.costmodel.features import FEATURES_VERSION, features_by_key
+    from korch.costmodel.model import CostModel, MachinePeaks
+    from korch.profile.database import ProfileDB
+    from korch.profile.guided import _predicted_costs
+    from korch.settings import OptimizeSettings
+
+    graph, pools, _, _, pending = _problem(np.random.default_rng(0), 0)
+    models = {name: CostModel(name, "m", MachinePeaks(1e10, 1e10)) for name in ("onnxruntime", "openvino")}
+    pending = {(key, name): c for (key, _), c in pending.items() for name in models}
+    settings = OptimizeSettings(threads=2)
+    computed = _predicted_costs(graph, pending, models, settings)
+    features = features_by_key(graph, list(pending.values()))
+    broken = next(iter(features))
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        db.put_features("m", FEATURES_VERSION, {k: (f.values if k != broken else (1.0,)) for k, f in features.items()})
+        assert _predicted_costs(graph, pending, models, settings, db) == computed
