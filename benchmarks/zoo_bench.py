@@ -8,8 +8,8 @@ cache and an empty Inductor code cache (cold), the same command again (warm: eve
 then `korch bench --plan` (korch and its peers: onnxruntime with default settings, torch.compile and
 OpenVINO when installed, interleaved in one process, peak memory of each in its own process). Wall
 time and peak RSS of each optimize come from wait4. Results go to DIR/results.json (per system:
-median, p10, p90, peak RSS and error against onnxruntime) and the Markdown table to stdout; nothing
-here is typed by hand. "vs best" is the fastest peer's median over korch's.
+median, p10, p90, peak RSS and error against onnxruntime; the cold optimize's seconds by stage, from
+its plan's summary) and the Markdown tables to stdout; nothing here is typed by hand. "vs best" is the fastest peer's median over korch's.
 """
 
 from __future__ import annotations
@@ -49,18 +49,35 @@ def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
         cold_s, cold_rss, code, log = timed(optimize, env)
         if code != 0:
             return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
+        cold_stages = _stages(work / "plan")       # (the warm run writes the plan again)
         warm_s, warm_rss, code, _ = timed(optimize, env)
     else:
         cold_s, warm_s = previous["cold_optimize_s"], previous["warm_optimize_s"]
         cold_rss = warm_rss = previous["optimize_peak_rss_mb"]
+        cold_stages = previous.get("cold_stages_s", {})
     result_json = work / "bench.json"
     _, _, code, log = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
                                      "--cache", str(work / "profile-cache"), "--json", str(result_json)], env)
     if code != 0:
         return {"model": name, "threads": threads, "error": f"bench failed ({code}): {log}"}
     result = json.loads(result_json.read_text())
-    result.update(cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss))
+    result.update(cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss),
+                  cold_stages_s=cold_stages)
     return result
+
+
+STAGES = ("load", "calibrate", "profile", "select", "optimize")
+
+
+def _stages(plan: Path) -> dict[str, float]:
+    """The seconds of each stage of the optimize that wrote `plan`, from its summary ("load" builds and
+    exports a zoo model not yet cached; "calibrate" measures the machine's kernel boundaries, once)."""
+    try:
+        summary = json.loads((plan / "plan.json").read_text()).get("summary") or {}
+    except (OSError, ValueError):
+        return {}
+    return {stage: float(summary[f"{stage}_seconds"]) for stage in STAGES
+            if isinstance(summary.get(f"{stage}_seconds"), (int, float))}
 
 
 PEERS = ("onnxruntime", "torch_compile", "openvino")
@@ -102,6 +119,19 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def stages_table(results: list[dict]) -> str:
+    """Where each cold optimize spent its time, by stage (as its plan's summary says)."""
+    head = "| model | threads | cold optimize s | " + " | ".join(f"{s} s" for s in STAGES) + " |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        stages = r.get("cold_stages_s") or {}
+        if "error" in r or not stages:
+            continue
+        lines.append(f"| {r['model']} | {r['threads']} | {r['cold_optimize_s']:.0f} | "
+                     + " | ".join(f"{stages[s]:.1f}" if s in stages else "-" for s in STAGES) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", default=FULL)
@@ -128,6 +158,8 @@ def main() -> int:
     print(f"Machine: {machine_fingerprint()}, Python {platform.python_version()}; "
           f"run on {date.today().isoformat()}\n")
     print(table(results))
+    print()
+    print(stages_table(results))
     return 0
 
 
