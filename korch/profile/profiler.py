@@ -256,6 +256,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     def run(todo: Sequence[Job], again: bool) -> None:
         """Profile `todo`; `again`: a second profile of kernels timed in a slow spell, set aside in
         `second` until the readings around it are known."""
+        if not todo:                          # (a warm run: no reference needed, so none computed)
+            return
         t0 = time.perf_counter()
         kept = reference is not None and reference.ready()      # computed on its first use
         seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
