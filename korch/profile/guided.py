@@ -345,7 +345,7 @@ class SplitProblem:
 
     def relax(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
               optimistic: Mapping[tuple[str, str], float]) -> Relaxation | None:
-        """The LP relaxation at these costs (blp.relaxation)."""
+        """The LP relaxation at these costs (blp.Formulation.relax)."""
         f = self.formulation
         return Relaxation((), 0.0) if f is None else f.relax(self.prices(costs, pending, optimistic), self.time_limit)
 
@@ -373,7 +373,7 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     If every optimistic cost is at most the kernel's measured cost, the last solve's choice is the
     optimum over all measured costs: a cheaper choice would have been chosen at its lower costs.
 
-    `relax` (the LP relaxation, blp.relaxation): a round first measures the pending kernels it leans
+    `relax` (the LP relaxation, blp.Formulation.relax): a round first measures the pending kernels it leans
     on, and solves exactly only once it leans on none (or the LP was not solved:
     None); the loop still ends only when an exact solve chooses measured kernels alone, or (`bar`)
     when the LP's cost, a lower bound on every split plan at these costs, is at least `bar` (the

@@ -137,7 +137,7 @@ def _streamed_values(graph: Graph, feeds: Mapping[str, np.ndarray], jobs: Sequen
         for v in job.candidate.inputs + job.candidate.outputs:
             needed_until[v] = max(needed_until.get(v, -1), end)
     run = reference_run(graph, feeds, needed_until)
-    position, env = -1, dict(feeds)
+    position, env = -1, {}
     for job in in_stream_order(jobs):
         while position < max(job.candidate.nodes):
             position, env = next(run)

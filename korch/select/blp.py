@@ -407,7 +407,9 @@ class Formulation:
 
     def relax(self, costs: Mapping[str, float] | None = None,
               time_limit: float = DEFAULT_TIME_LIMIT_S) -> Relaxation | None:
-        """`relaxation` at these costs, started from the last relaxation's optimum (_WarmLP)."""
+        """`solve`'s LP relaxation at these costs (no cycle cuts), in a fraction of its time (guided profiling
+        measures what it leans on); None if the LP was not solved (time limit, numerical trouble), raises
+        if nothing is feasible. Each solve starts from the last one's optimum (_WarmLP)."""
         own, objective, upper = self.priced(costs)
         solved = self._lp.solve(objective, upper, time_limit)
         if solved is None:
@@ -512,15 +514,6 @@ class _WarmLP:
             log.info("BLP: the LP relaxation was not solved (%s)", highs.modelStatusToString(status))
             return None
         return np.asarray(highs.getSolution().col_value), float(highs.getInfo().objective_function_value)
-
-
-def relaxation(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
-               required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
-               boundary: BoundaryCost | None = None, start: StartCost | None = None) -> Relaxation | None:
-    """`solve`'s LP relaxation, solved in a fraction of its time (guided profiling measures what it leans
-    on). None if the LP was not solved (time limit, numerical trouble); raises if nothing is feasible."""
-    problem = formulate(options, graph_inputs, graph_outputs, required, boundary, start)
-    return Relaxation((), 0.0) if problem is None else problem.relax(time_limit=time_limit)
 
 
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],

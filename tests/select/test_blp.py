@@ -267,7 +267,7 @@ def test_a_formulation_priced_again_solves_as_a_fresh_problem() -> None:
     """One formulation over every option, priced per solve (other costs, some options left out), finds
     what solving the remaining options from scratch finds: the same cost, bound and LP relaxation,
     boundary and start costs included, on random graphs where cycle cuts and reduced-cost fixing occur."""
-    from korch.select.blp import formulate, relaxation
+    from korch.select.blp import formulate
 
     def boundary(producer: str, consumer: str, value: str) -> float:
         return 0.05 if producer == consumer else 0.4
@@ -294,7 +294,7 @@ def test_a_formulation_priced_again_solves_as_a_fresh_problem() -> None:
             assert got.lower_bound == pytest.approx(want.lower_bound)
             assert all(o.key in costs and o.cost == costs[o.key] for o in got.chosen)
             assert _legal(list(got.chosen), set(graph.inputs), list(graph.outputs))
-            lp_want = relaxation(fresh, graph.inputs, graph.outputs, required, boundary=boundary, start=start)
+            lp_want = formulate(fresh, graph.inputs, graph.outputs, required, boundary, start).relax()
             assert problem.relax(costs).bound_s == pytest.approx(lp_want.bound_s), seed
             fixed += "reduced-cost fixing" in got.proof
     assert fixed > 0
