@@ -2,7 +2,7 @@
 optimism, and how far its split plan is from the one profiling everything finds, without noise.
 
     python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200]
-        [--relax no|yes|both] [--bar no|yes|both]
+        [--rounds N] [--relax no|yes|both] [--bar no|yes|both]
 
 DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
 into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
@@ -48,9 +48,10 @@ from korch.settings import OptimizeSettings  # noqa: E402
 
 
 def replay(model: str, cache: Path, threads: int, optimisms: list[float], batches: list[int] | None = None,
-           relaxes: tuple[bool, ...] = (False,), bars: tuple[bool, ...] = (False,)) -> None:
+           relaxes: tuple[bool, ...] = (False,), bars: tuple[bool, ...] = (False,), rounds: int | None = None) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
+    max_rounds = rounds or ps.guide_rounds
     machine = machine_fingerprint()
     fissioned = run_fission(model, None, cache_dir=cache)
     graph = fissioned.graph
@@ -126,7 +127,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                         usable[(c.key, name)] = usable_all[(c.key, name)]
 
         t0 = time.perf_counter()
-        rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, ps.guide_rounds, batch,
+        rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,
                                             relaxed or barred, bar=best_whole if barred else None)
         seconds = time.perf_counter() - t0
         try:
@@ -152,10 +153,13 @@ def main() -> None:
                         help="each round measures the LP relaxation's support first (solve_until_stable's relax)")
     parser.add_argument("--bar", choices=["no", "yes", "both"], default="no",
                         help="stop once no split plan could beat the best whole model (implies the LP first)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="the loop's round limit (default: ProfileSettings.guide_rounds)")
     parser.add_argument("model")
     args = parser.parse_args()
     choice = {"no": (False,), "yes": (True,), "both": (False, True)}
-    replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar])
+    replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar],
+           args.rounds)
 
 
 if __name__ == "__main__":
