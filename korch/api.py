@@ -66,6 +66,9 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     A split plan's independent kernels may run side by side on fewer threads each, if that measures
     faster (plan.schedule); `sequential=True` runs them one after another on all threads.
 
+    `progress(done, total, what)` is called as profiling and calibration advance, with done 0 when a
+    long step starts (compiling Inductor's kernels ahead).
+
     `input_shapes` fixes symbolic dims to one value each. `shapes` gives several ({"input_ids":
     [(1, 32), (1, 64)]}: bucket k takes each input's k-th shape, other inputs follow through the dims
     they share by name) and returns a BucketedPlan: one plan per bucket, whose session dispatches on

@@ -82,3 +82,22 @@ def test_with_work_the_eta_is_per_unit_of_work_so_large_items_left_count_for_mor
     assert "ETA 98s [inductor 40/44]" in at_40, at_40    # 40 units in 9.75 s (the first item is the start): 400 x 0.244
     at_42 = next(line for line in lines if line.startswith("profiling 42/44"))
     assert "ETA 50s" in at_42, at_42
+
+
+def test_a_count_of_zero_starts_the_clock_so_a_long_first_item_counts() -> None:
+    """Compiling ahead: 4 regions, the first to finish after 57 s. Without the start, the bar's clock
+    began at the first item's end and read "4/4 16s elapsed" after 73 s."""
+    clock, out = Clock(), io.StringIO()
+    bar = ProgressBar("profiling", True, stream=out, clock=clock)
+    bar(0, 4, "compiling ahead", (0, 4), (0.0, 4.0))
+    for done, at in enumerate([57.0, 60.0, 70.0, 73.0], 1):
+        clock.now = at
+        bar(done, 4, "compiling ahead", (done, 4), (float(done), 4.0))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "profiling 0/4 (0%) [compiling ahead 0/4]", lines
+    assert lines[1].startswith("profiling 1/4 (25%) 57s elapsed, ETA 171s"), lines[1]
+    assert lines[-1].startswith("profiling 4/4 (100%) 73s elapsed"), lines[-1]
+    # a later bar without a start of its own still starts at its first item, as before
+    clock.now = 100.0
+    bar(1, 2, "onnxruntime", (1, 2))
+    assert out.getvalue().splitlines()[-1].startswith("profiling 1/2 (50%) 0s elapsed"), out.getvalue()

@@ -92,7 +92,8 @@ def compile_ahead(jobs: Sequence[AheadJob], workers: int, directory: Path,
                   progress: Callable[[int, int, float, float], None] | None = None) -> Ahead:
     """Compile and save every job's kernel in `workers` processes (at most one per job) into
     `directory` (the caller's, e.g. `scratch_directory()`). Returns when every job is done or failed.
-    `progress(done, total, work done, work in all)` is called as each job ends."""
+    `progress(done, total, work done, work in all)` is called with done 0 as the workers start, then
+    as each job ends."""
     t0 = time.perf_counter()
     order = sorted(range(len(jobs)), key=lambda k: -jobs[k].work)
     for k in order:
@@ -109,6 +110,8 @@ def compile_ahead(jobs: Sequence[AheadJob], workers: int, directory: Path,
             worker.give(todo.pop(0) if todo else None)
         busy = sum(w.job is not None for w in pool)
         done, work, total_work = 0, 0.0, sum(j.work for j in jobs)
+        if progress is not None:
+            progress(0, len(jobs), 0.0, total_work)
         while busy:
             for event, _ in selector.select():
                 worker: _Worker = event.data

@@ -54,7 +54,8 @@ class Progress(Protocol):
     profiled), and `part`, when the caller knows it: (done, total) of the items like this one, whose
     rate says how long they have left (an Inductor kernel takes seconds to profile, an onnxruntime
     one tens of milliseconds). `work`: (done, total) of those items' estimated work (`job_work`), when
-    their sizes differ too much for a count to say what is left."""
+    their sizes differ too much for a count to say what is left. `done` 0: the items start now (a step
+    whose first item may take a minute: compiling ahead)."""
 
     def __call__(self, done: int, total: int, what: str, part: tuple[int, int] | None = None,
                  work: tuple[float, float] | None = None) -> None: ...

@@ -101,7 +101,7 @@ def test_a_worker_that_dies_leaves_its_job_undone_and_the_other_goes_on(tmp_path
     calls = []
     ahead = compile_ahead(jobs, 2, tmp_path, lambda *a: calls.append(a))
     assert set(ahead.saved) == {("k0", "inductor"), ("k1", "inductor")} and ahead.failed == 1
-    assert [c[0] for c in calls] == [1, 2, 3] and calls[-1][2:] == (12.0, 12.0)
+    assert [c[0] for c in calls] == [0, 1, 2, 3] and calls[0][2:] == (0.0, 12.0) and calls[-1][2:] == (12.0, 12.0)
     assert all((path / "artifact.json").is_file() for path in ahead.saved.values())
 
 
