@@ -866,7 +866,12 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
     if SPLIT in inaccurate:
         return f"one engine runs the whole model: {mine}{also}"
     if split is None:
-        return f"one engine runs the whole model: no split plan exists over the profiled kernels; {mine}{also}"
+        ps = ctx.settings.profile
+        if ps.guided and set(ps.guided_backends) & set(ctx.settings.backends):
+            return (f"one engine runs the whole model: the kernels profiled make no split plan (guided profiling "
+                    f"measures kernels only while a split plan could still beat the fastest whole model, its "
+                    f"unmeasured kernels at their optimistic costs); kept {mine}{also}")
+        return f"one engine runs the whole model: no split plan exists over the profiled kernels; kept {mine}{also}"
     n = len(split.plan.steps)
     if split.measured_s is None:
         return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "

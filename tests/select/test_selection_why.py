@@ -11,7 +11,7 @@ import pytest
 import korch.select.measured as measured
 from korch.profile.timing import summarize
 from korch.select.measured import SPLIT, Duel, _duel, _why_split, _why_whole
-from korch.settings import SelectionSettings
+from korch.settings import ProfileSettings, SelectionSettings
 
 SETTINGS = SimpleNamespace(selection=SelectionSettings(multi_kernel_margin=0.98, duel_rounds=5))
 
@@ -27,6 +27,21 @@ def test_a_split_plan_that_beat_one_engine_and_lost_to_another_is_reported_by_th
                    "run in 0.98x to pay for its boundaries; kept inductor's whole model 84.2 ms (other whole "
                    "models, side by side: openvino's 82.6 ms)")
     assert "(0.977x its time)" in _why_split(ctx, split, duels[:1])    # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("guided", [True, False])
+def test_no_split_plan_after_guided_profiling_says_that_guidance_stopped_measuring(guided: bool) -> None:
+    """Guided profiling stops once no split plan could beat the fastest whole model: the kernels it
+    measured may then cover no split plan, which is not the same as no split plan existing."""
+    settings = SimpleNamespace(selection=SETTINGS.selection, backends=("onnxruntime", "openvino"),
+                               profile=ProfileSettings(guided=guided))
+    ctx = SimpleNamespace(settings=settings, excluded=(), whole={})
+    duels = [Duel("onnxruntime", "openvino", 0.0150, 0.0162, "onnxruntime", ratio=1.08)]
+    why = _why_whole(ctx, "onnxruntime", None, duels, {})               # type: ignore[arg-type]
+    assert why.startswith("one engine runs the whole model: ") and why.endswith(
+        "kept onnxruntime's whole model 15.0 ms (other whole models, side by side: openvino's 16.2 ms)"), why
+    assert ("guided profiling measures kernels only while a split plan could still beat" in why) is guided, why
+    assert ("no split plan exists over the profiled kernels" in why) is not guided, why
 
 
 def _timings(samples_ms: dict[str, list[float]]) -> dict[str, object]:
