@@ -1,8 +1,8 @@
 """Guided profiling replayed over a model's exhaustive profiles: how many kernels it measures at each
 optimism, and how far its split plan is from the one profiling everything finds, without noise.
 
-    python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200]
-        [--rounds N] [--relax no|yes|both] [--bar no|yes|both]
+    python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200] [--batch-exact 40]
+        [--rounds N] [--sample 12 32] [--seed 0 1 2] [--relax no|yes|both] [--bar no|yes|both]
 
 DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
 into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
@@ -48,7 +48,8 @@ from korch.settings import OptimizeSettings  # noqa: E402
 
 
 def replay(model: str, cache: Path, threads: int, optimisms: list[float], batches: list[int] | None = None,
-           relaxes: tuple[bool, ...] = (False,), bars: tuple[bool, ...] = (False,), rounds: int | None = None) -> None:
+           relaxes: tuple[bool, ...] = (False,), bars: tuple[bool, ...] = (False,), rounds: int | None = None,
+           samples: list[int] | None = None, seeds: list[int] | None = None, exact_batch: int | None = None) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
     max_rounds = rounds or ps.guide_rounds
@@ -100,14 +101,15 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
               if c.size == whole and (c.key, name) in usable_all]
     best_whole = min(wholes, default=None)
     print(f"best whole model {best_whole * 1e3:.3f} ms" if best_whole is not None else "no whole model profiled")
-    print("| optimism | batch | LP first | bar | rounds | stable | measured / legal | solver s | split plan kept ms | "
-          "regret (predicted) | plan regret |")
-    print("|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|")
-    for optimism, batch, relaxed, barred in ((o, b, r, w) for o in optimisms for b in (batches or [ps.guide_batch])
-                                             for r in relaxes for w in bars):
+    print("| optimism | batch | LP first | bar | sample (seed) | scale | rounds | stable | measured / legal | solver s | "
+          "split plan kept ms | regret (predicted) | plan regret |")
+    print("|---:|---:|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|")
+    for optimism, batch, relaxed, barred, size, seed in (
+            (o, b, r, w, n, e) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes for w in bars
+            for n in (samples or [ps.guide_sample]) for e in (seeds or [settings.seed])):
         pending = dict(legal)
         usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
-        sample = _calibration_sample(pending, models, ps.guide_sample, settings.seed)
+        sample = _calibration_sample(pending, models, size, seed)
         asked = 0
         for pairs in sample.values():
             for pair in pairs:
@@ -128,7 +130,8 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
 
         t0 = time.perf_counter()
         rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,
-                                            relaxed or barred, bar=best_whole if barred else None)
+                                            relaxed or barred, bar=best_whole if barred else None,
+                                            exact_batch_size=ps.guide_batch_exact if exact_batch is None else exact_batch)
         seconds = time.perf_counter() - t0
         try:
             kept = problem.solve(usable, {}, {}).cost
@@ -137,7 +140,9 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
             kept, kept_text, regret = float("inf"), "none", "-"
         ceiling = best_whole if best_whole is not None else float("inf")
         plan_regret = f"{min(kept, ceiling) / min(best, ceiling) - 1:+.2%}"
-        print(f"| {optimism:g} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | {rounds} | "
+        scales = ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale))
+        print(f"| {optimism:g} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | "
+              f"{size} ({seed}) | {scales} | {rounds} | "
               f"{'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
               f"({asked / max(1, len(legal)):.0%}) | {seconds:.0f} | {kept_text} | {regret} | {plan_regret} |", flush=True)
 
@@ -155,11 +160,16 @@ def main() -> None:
                         help="stop once no split plan could beat the best whole model (implies the LP first)")
     parser.add_argument("--rounds", type=int, default=None,
                         help="the loop's round limit (default: ProfileSettings.guide_rounds)")
+    parser.add_argument("--batch-exact", type=int, default=None,
+                        help="a round an exact solve chose measures up to this many (default: ProfileSettings.guide_batch_exact)")
+    parser.add_argument("--sample", type=int, nargs="+", default=None,
+                        help="random pairs per backend that rescale its predictions (default: ProfileSettings.guide_sample)")
+    parser.add_argument("--seed", type=int, nargs="+", default=None, help="the sample's seeds (default: the settings' seed)")
     parser.add_argument("model")
     args = parser.parse_args()
     choice = {"no": (False,), "yes": (True,), "both": (False, True)}
     replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar],
-           args.rounds)
+           args.rounds, args.sample, args.seed, args.batch_exact)
 
 
 if __name__ == "__main__":

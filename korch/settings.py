@@ -78,14 +78,17 @@ class ProfileSettings:
     # only if they would enter the plan, which the regret benchmark measures (guided_regret.py).
     guide_optimism: float = 0.5
     # Rounds at most. A round solves once and measures the unmeasured kernels chosen plus, up to
-    # `guide_batch` in all, their cheapest rivals over the same primitives. Rivals do not save rounds:
-    # replayed over exhaustive zoo profiles (benchmarks/guided_replay.py --batch), a batch of 40 measured
-    # 29-34% of the legal pairs and one of 1 (the chosen kernels alone) 8-12%, to the same plans within
-    # 0.3%, in 37 rounds instead of 21 on yolox-nano, 22 instead of 18 on efficientvit-b1 and 49
-    # instead of 38 on segformer-b0. Since the BLP is formulated once and its LP warm-started, a round's
-    # solve costs 0.05-0.3 s, less than timing the rivals.
+    # `guide_batch` in all, their cheapest rivals over the same primitives. After an LP relaxation, rivals
+    # do not save rounds: replayed over exhaustive zoo profiles (benchmarks/guided_replay.py --batch), a
+    # batch of 40 measured 29-34% of the legal pairs and one of 1 (the chosen kernels alone) 8-12%, to the
+    # same plans within 0.3%, in 37 rounds instead of 21 on yolox-nano, 22 instead of 18 on
+    # efficientvit-b1 and 49 instead of 38 on segformer-b0; the LP, formulated once and warm-started,
+    # costs 0.05-0.3 s. A round whose kernels an exact solve (a MILP) chose measures up to
+    # `guide_batch_exact`: a cold segformer-b0 at guide_batch 1 spent 220 s in 17 exact solves of 8-39 s,
+    # twelve of them in a row that each chose 3-4 new kernels.
     guide_rounds: int = 100
     guide_batch: int = 1
+    guide_batch_exact: int = 40
     # Random kernels per guided backend measured first, to rescale its predictions to the machine's
     # speed now: enough for a median within ~15%, few enough to cost seconds (Inductor: ~1.3 s each).
     guide_sample: int = 12

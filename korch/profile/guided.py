@@ -153,7 +153,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
 
     split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s)
     rounds, stable = solve_until_stable(split, usable, pending, optimistic, measure, ps.guide_rounds, ps.guide_batch,
-                                        bar=_best_whole(pools, usable, whole))
+                                        bar=_best_whole(pools, usable, whole), exact_batch_size=ps.guide_batch_exact)
     if stable:
         db.put_guided_done(problem)
     else:
@@ -363,7 +363,8 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
                        measure: Callable[[Mapping[str, Sequence[Candidate]]], None],
                        max_rounds: int, batch_size: int = 1, relax: bool = True,
                        budget: int | None = None, bar: float | None = None,
-                       refine: Callable[[Sequence[tuple[str, str]]], int] | None = None) -> tuple[int, bool]:
+                       refine: Callable[[Sequence[tuple[str, str]]], int] | None = None,
+                       exact_batch_size: int | None = None) -> tuple[int, bool]:
     """Solve `problem` over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -375,7 +376,9 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
 
     `relax` (the LP relaxation, blp.Formulation.relax): a round first measures the pending kernels it leans
     on, and solves exactly only once it leans on none (or the LP was not solved:
-    None); the loop still ends only when an exact solve chooses measured kernels alone, or (`bar`)
+    None). A round whose kernels an exact solve chose fills its batch up to `exact_batch_size` (default
+    `batch_size`) instead: an exact solve (a MILP) can cost seconds where the LP costs a tenth of one,
+    so rivals measured then save solves worth more than their timing. The loop still ends only when an exact solve chooses measured kernels alone, or (`bar`)
     when the LP's cost, a lower bound on every split plan at these costs, is at least `bar` (the
     best whole model's time: no split plan could then be kept, whatever the pending kernels measure,
     if their optimistic costs hold). That too counts as stable.
@@ -396,8 +399,10 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
                          bar * 1e3, relaxed.bound_s * 1e3)
                 return rounds, True
             fresh = _pending_in(relaxed.support, problem.pairs, pending) if relaxed is not None else []
+            size = batch_size
             if not fresh:
                 fresh = _pending_in(problem.solve(costs, pending, optimistic).chosen, problem.pairs, pending)
+                size = batch_size if exact_batch_size is None else exact_batch_size
         except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
             log.info("guided profiling: no split plan to guide by (%s)", e)
             return rounds, True
@@ -408,7 +413,7 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
         covered = set().union(*(pending[p].nodes for p in fresh))
         rivals = sorted((p for p, c in pending.items() if p not in fresh and covered.intersection(c.nodes)),
                         key=lambda p: optimistic[p] / pending[p].size)
-        picked = fresh + rivals[:max(0, batch_size - len(fresh))]
+        picked = fresh + rivals[:max(0, size - len(fresh))]
         if budget is not None:
             picked = picked[:budget - spent]
         if refine is not None and (extra := refine(picked)):

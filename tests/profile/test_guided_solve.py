@@ -30,7 +30,7 @@ def test_lower_bounds_lead_to_the_exhaustive_optimum(seed: int, relaxed: bool) -
 
     problem = _Checked(graph, pools)
     rounds, stable = solve_until_stable(problem, measured, pending, optimistic, measure, max_rounds=100,
-                                        batch_size=batch, relax=relaxed)
+                                        batch_size=batch, relax=relaxed, exact_batch_size=1 + seed % 4)
     assert problem.relaxed == relaxed
     best = SplitProblem(graph, pools).solve(true, {}, {}).cost
     chosen_cost = SplitProblem(graph, pools).solve(measured, {}, {}).cost
@@ -67,6 +67,33 @@ class _Checked(SplitProblem):
         assert set(self._graph.outputs) <= made
         assert relaxed.bound_s <= self.solve(costs, pending, optimistic).cost * (1 + 1e-9)
         return relaxed
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_only_rounds_an_exact_solve_chose_fill_up_to_the_exact_batch(seed: int) -> None:
+    """Without the LP every round is an exact solve's: a batch of 1 with an exact batch of 3 measures
+    what a batch of 3 does. With the LP first, rounds it leads measure its pending support alone: the
+    loop still ends at the optimum."""
+    runs = []
+    for batch, exact in ((3, None), (1, 3)):
+        rng = np.random.default_rng(seed)
+        graph, pools, true, measured, pending = _problem(rng, seed)
+        optimistic = {pair: true[pair] * rng.uniform(0.3, 1.0) for pair in pending}
+        asked: list[tuple[str, str]] = []
+
+        def measure(want) -> None:
+            for name, cs in want.items():
+                for c in cs:
+                    asked.append((c.key, name))
+                    measured[(c.key, name)] = true[(c.key, name)]
+
+        solve_until_stable(SplitProblem(graph, pools), measured, pending, optimistic, measure, max_rounds=100,
+                           batch_size=batch, relax=False, exact_batch_size=exact)
+        runs.append(list(asked))
+        rounds, stable = solve_until_stable(SplitProblem(graph, pools), measured, pending, optimistic, measure,
+                                            max_rounds=100, batch_size=1, exact_batch_size=3)
+        assert stable
+    assert runs[0] == runs[1] and len(runs[0]) > 0
 
 
 @pytest.mark.parametrize("budget", [1, 2, 4])
