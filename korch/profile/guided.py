@@ -374,14 +374,15 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     If every optimistic cost is at most the kernel's measured cost, the last solve's choice is the
     optimum over all measured costs: a cheaper choice would have been chosen at its lower costs.
 
-    `relax` (the LP relaxation, blp.Formulation.relax): a round first measures the pending kernels it leans
-    on, and solves exactly only once it leans on none (or the LP was not solved:
-    None). A round whose kernels an exact solve chose fills its batch up to `exact_batch_size` (default
-    `batch_size`) instead: an exact solve (a MILP) can cost seconds where the LP costs a tenth of one,
-    so rivals measured then save solves worth more than their timing. The loop still ends only when an exact solve chooses measured kernels alone, or (`bar`)
-    when the LP's cost, a lower bound on every split plan at these costs, is at least `bar` (the
-    best whole model's time: no split plan could then be kept, whatever the pending kernels measure,
-    if their optimistic costs hold). That too counts as stable.
+    `relax` (the LP relaxation, blp.Formulation.relax): a round first measures the pending kernels it
+    leans on, and solves exactly only once it leans on none (or the LP was not solved: None). A round
+    whose kernels an exact solve chose fills its batch up to `exact_batch_size` (default `batch_size`)
+    instead: an exact solve (a MILP) can cost seconds where the LP costs a tenth of one, so rivals
+    measured then save solves worth more than their timing. The loop still ends only when an exact
+    solve chooses measured kernels alone, or (`bar`) when the LP's cost, a lower bound on every split
+    plan at these costs, is at least `bar` (the best whole model's time: no split plan could then be
+    kept, whatever the pending kernels measure, if their optimistic costs hold). That too counts as
+    stable.
 
     `budget`: at most this many pending kernels are measured in all (those a solve chose first); once
     they are, the loop ends as if at `max_rounds`.
