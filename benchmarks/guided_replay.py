@@ -2,17 +2,24 @@
 optimism, and how far its split plan is from the one profiling everything finds, without noise.
 
     python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200] [--batch-exact 40]
-        [--rounds N] [--sample 12 32] [--seed 0 1 2] [--relax no|yes|both] [--bar no|yes|both]
+        [--rounds N] [--sample 12 32] [--seed 0 1 2] [--scale sample whole] [--relax no|yes|both] [--bar no|yes|both]
+        [--train-on CACHE ...] [--peaks GFLOPS GBPS]
 
 DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
 into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
-its roofline priors (each guided backend predicted by its prior alone, rescaled by the same random
-sample guided profiling takes), but "measuring" a kernel reads its stored record instead of
-compiling and timing it. For each `guide_optimism` (the factor on each unmeasured kernel's rescaled
-prediction) it prints the rounds, the pairs measured out of the legal ones, the solver's seconds,
-and the split plan kept (over measured kernels) against the exhaustive optimum, both in profiled
-(predicted) time: the regret of guidance before any engine runs. A replay cannot see a kernel the
-exhaustive profiles lack, and a real run also pays for measuring (BENCHMARKS.md has both).
+its roofline priors (each guided backend predicted by its prior alone; with `--train-on`, by a model
+learned from other caches' profiles instead: other models profiled on this machine before, the model
+replayed held out), but "measuring" a kernel reads its stored record instead of compiling and timing
+it. Predictions are rescaled as guided profiling rescales them: `--scale sample` by the median over a
+random sample of `--sample` pairs per backend, `--scale whole` by each backend's whole model (the
+default, ProfileSettings.guide_scale_by_whole); the replay prints both, and the median over every
+timed pair. For each `guide_optimism` (the factor on each unmeasured kernel's rescaled prediction)
+it prints the rounds, the pairs measured out of the legal ones, the solver's seconds, and the split
+plan kept (over measured kernels) against the exhaustive optimum, both in profiled (predicted) time:
+the regret of guidance before any engine runs. A replay cannot see a kernel the exhaustive profiles
+lack, and a real run also pays for measuring (BENCHMARKS.md has both). The roofline prior divides by
+the machine's peaks, measured once (printed; `--peaks` gives them, so that replays compare: two
+measurements on this noisy host moved the whole-model scales by up to 1.8x).
 
 `--bar yes`: the loop also stops once the LP relaxation at those costs cannot run below the best
 whole-model profile (solve_until_stable's `bar`, which profile_last gives Inductor's rounds). Then
@@ -31,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from korch.api import default_backends  # noqa: E402
 from korch.backends import get_backend  # noqa: E402
-from korch.costmodel.model import CostModel, MachinePeaks, model_path, read_model  # noqa: E402
+from korch.costmodel.features import FEATURES_VERSION  # noqa: E402
+from korch.costmodel.model import CostModel, MachinePeaks, model_path, read_model, train  # noqa: E402
 from korch.pipeline import candidate_universe, enumerate_all, profile_pools, run_fission  # noqa: E402
 from korch.profile.boundaries import boundary_model  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, Rejection, Status, machine_fingerprint  # noqa: E402
@@ -40,6 +48,7 @@ from korch.profile.guided import (  # noqa: E402
     _calibration_sample,
     _predicted_costs,
     _scale,
+    _whole_scale,
     solve_until_stable,
 )
 from korch.profile.profiler import accepted, record_version  # noqa: E402
@@ -49,7 +58,9 @@ from korch.settings import OptimizeSettings  # noqa: E402
 
 def replay(model: str, cache: Path, threads: int, optimisms: list[float], batches: list[int] | None = None,
            relaxes: tuple[bool, ...] = (False,), bars: tuple[bool, ...] = (False,), rounds: int | None = None,
-           samples: list[int] | None = None, seeds: list[int] | None = None, exact_batch: int | None = None) -> None:
+           samples: list[int] | None = None, seeds: list[int] | None = None, exact_batch: int | None = None,
+           scales: tuple[str, ...] = ("whole",), train_on: list[Path] | None = None,
+           peaks: MachinePeaks | None = None) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
     max_rounds = rounds or ps.guide_rounds
@@ -84,9 +95,20 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
             legal.setdefault((c.key, name), c)
     missing = sum(1 for name in guided for c in universe[name] if (c.key, name) not in truth)
     models = {}
+    if peaks is None:
+        saved = [m for name in guided if (m := read_model(model_path(cache, name, machine), name, machine))]
+        peaks = saved[0].peaks if saved else MachinePeaks.measure()
+    print(f"peaks: {peaks.flops_per_s_per_thread / 1e9:.2f} GFLOP/s per thread, {peaks.bytes_per_s / 1e9:.2f} GB/s")
     for name in guided:
-        saved = read_model(model_path(cache, name, machine), name, machine)
-        models[name] = CostModel(name, machine, saved.peaks if saved is not None else MachinePeaks.measure())
+        models[name] = CostModel(name, machine, peaks)
+        if train_on:
+            rows = []
+            for other in train_on:
+                with ProfileDB(other / DB_FILENAME) as odb:
+                    rows += odb.timed_with_features(name, machine, FEATURES_VERSION)
+            models[name] = train(rows, name, machine, peaks, settings.cost_model)
+            print(f"{name}: learned from {models[name].trained_rows} kernels of {len(train_on)} other cache(s)"
+                  + ("" if models[name].booster is not None else " (too few: the prior alone)"))
     predicted = _predicted_costs(graph, legal, models, settings)
 
     def boundary(p: str, c: str, v: str) -> float:
@@ -101,15 +123,26 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
               if c.size == whole and (c.key, name) in usable_all]
     best_whole = min(wholes, default=None)
     print(f"best whole model {best_whole * 1e3:.3f} ms" if best_whole is not None else "no whole model profiled")
+    by_whole = _whole_scale(graph, run_pools, models, usable_all, settings)
+    for name in sorted(models):
+        ratios = sorted(usable_all[p] / predicted[p] for p in legal if p[1] == name and p in usable_all and predicted[p])
+        if ratios:
+            q = [ratios[int(f * (len(ratios) - 1))] for f in (0.1, 0.5, 0.9)]
+            print(f"{name}: measured / predicted over all {len(ratios)} timed legal pairs: median {q[1]:.2f} "
+                  f"(p10-p90 {q[0]:.2f}-{q[2]:.2f}); its whole model: "
+                  + (f"{by_whole[name]:.2f}" if name in by_whole else "not timed"))
     print("| optimism | batch | LP first | bar | sample (seed) | scale | rounds | stable | measured / legal | solver s | "
           "split plan kept ms | regret (predicted) | plan regret |")
     print("|---:|---:|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|")
-    for optimism, batch, relaxed, barred, size, seed in (
-            (o, b, r, w, n, e) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes for w in bars
-            for n in (samples or [ps.guide_sample]) for e in (seeds or [settings.seed])):
+    runs = [(o, b, r, w, n, e, k) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes
+            for w in bars for k in scales
+            for n, e in ([(None, None)] if k == "whole" else
+                         [(n, e) for n in (samples or [ps.guide_sample]) for e in (seeds or [settings.seed])])]
+    for optimism, batch, relaxed, barred, size, seed, by in runs:
         pending = dict(legal)
         usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
-        sample = _calibration_sample(pending, models, size, seed)
+        unscaled = {name: m for name, m in models.items() if by == "sample" or name not in by_whole}
+        sample = _calibration_sample(pending, unscaled, size or ps.guide_sample, settings.seed if seed is None else seed)
         asked = 0
         for pairs in sample.values():
             for pair in pairs:
@@ -118,6 +151,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                 if pair in usable_all:
                     usable[pair] = usable_all[pair]
         scale = {name: _scale(truth, predicted, pairs) for name, pairs in sample.items()}
+        scale.update({name: s for name, s in by_whole.items() if name not in scale})
         optimistic = {pair: predicted[pair] * scale[pair[1]] * optimism for pair in pending}
 
         def measure(want) -> None:
@@ -142,7 +176,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         plan_regret = f"{min(kept, ceiling) / min(best, ceiling) - 1:+.2%}"
         scales = ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale))
         print(f"| {optimism:g} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | "
-              f"{size} ({seed}) | {scales} | {rounds} | "
+              f"{'whole model' if size is None else f'{size} ({seed})'} | {scales} | {rounds} | "
               f"{'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
               f"({asked / max(1, len(legal)):.0%}) | {seconds:.0f} | {kept_text} | {regret} | {plan_regret} |", flush=True)
 
@@ -165,11 +199,18 @@ def main() -> None:
     parser.add_argument("--sample", type=int, nargs="+", default=None,
                         help="random pairs per backend that rescale its predictions (default: ProfileSettings.guide_sample)")
     parser.add_argument("--seed", type=int, nargs="+", default=None, help="the sample's seeds (default: the settings' seed)")
+    parser.add_argument("--scale", nargs="+", choices=["sample", "whole"], default=["whole"],
+                        help="rescale predictions by a random sample's median, or by each backend's whole model")
+    parser.add_argument("--train-on", type=Path, nargs="+", default=None,
+                        help="caches of other models: guide by a model learned from their profiles, not the prior")
+    parser.add_argument("--peaks", type=float, nargs=2, metavar=("GFLOPS", "GBPS"), default=None,
+                        help="the roofline prior's peaks: GFLOP/s per thread and GB/s (default: measured)")
     parser.add_argument("model")
     args = parser.parse_args()
     choice = {"no": (False,), "yes": (True,), "both": (False, True)}
     replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar],
-           args.rounds, args.sample, args.seed, args.batch_exact)
+           args.rounds, args.sample, args.seed, args.batch_exact, tuple(args.scale), args.train_on,
+           MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9) if args.peaks else None)
 
 
 if __name__ == "__main__":

@@ -89,8 +89,12 @@ class ProfileSettings:
     guide_rounds: int = 100
     guide_batch: int = 1
     guide_batch_exact: int = 40
-    # Random kernels per guided backend measured first, to rescale its predictions to the machine's
-    # speed now: enough for a median within ~15%, few enough to cost seconds (Inductor: ~1.3 s each).
+    # A guided backend's predictions are rescaled to the machine's speed now by its whole model:
+    # measured / predicted (profile/guided.py: _whole_scale). A backend without an accepted whole model,
+    # or with this off, measures `guide_sample` random kernels first and takes the median of theirs.
+    # Replayed over exhaustive zoo profiles, that median moved with the sample drawn (onnxruntime on
+    # segformer-b0: 0.48-0.98 across seeds, 12-58% of the pairs then measured; BENCHMARKS.md).
+    guide_scale_by_whole: bool = True
     guide_sample: int = 12
     # The machine's speed while profiling (korch/profile/speed.py): a small kernel already timed is timed
     # again this often (seconds; None: not watched), and the kernels timed between two readings of

@@ -6,10 +6,11 @@ instead by solving over its cost model's predictions (korch/costmodel: a correct
 this machine's profiles, or, before it has learned, its roofline prior alone: `guide_by_prior`):
 
 1. The whole-model kernels, and every pair the database already holds, are read or measured first.
-2. A random sample of `guide_sample` legal unmeasured pairs per backend is measured: the median of
-   measured / predicted over it rescales that backend's predictions to the machine's speed now.
-   Every other legal (candidate, backend) pair gets an optimistic cost: its rescaled predicted time
-   times `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below.
+2. Each backend's predictions are rescaled to the machine's speed now by its whole model's measured
+   / predicted time (`guide_scale_by_whole`); a backend whose whole model was not timed or not
+   accepted measures a random sample of `guide_sample` legal unmeasured pairs instead, and takes the
+   median of theirs. Every other legal (candidate, backend) pair gets an optimistic cost: its rescaled
+   predicted time times `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below.
 3. The BLP (with boundary costs, without the whole-model kernels, as measured selection solves for
    the best split plan) is solved over measured and optimistic costs. The pairs it chooses that are
    not measured yet are measured, and it is solved again. A round first solves the LP relaxation
@@ -144,11 +145,14 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         records.update(more.records)
         usable.update(_usable(more.records, outcome.tolerance))
 
-    sample = _calibration_sample(pending, models, ps.guide_sample, settings.seed)
+    scale = _whole_scale(graph, pools, models, usable, settings, db) if ps.guide_scale_by_whole else {}
+    unscaled = {name: m for name, m in models.items() if name not in scale}
+    sample = _calibration_sample(pending, unscaled, ps.guide_sample, settings.seed)
     measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in sample.items() if pairs})
-    scale = {name: _scale(records, predicted, pairs) for name, pairs in sample.items()}
-    log.info("guided profiling: measured/predicted on a random sample: %s",
-             ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale)))
+    scale.update({name: _scale(records, predicted, pairs) for name, pairs in sample.items()})
+    log.info("guided profiling: measured/predicted, %s",
+             ", ".join(f"{name} {scale[name]:.2f} ({'a random sample' if name in sample else 'its whole model'})"
+                       for name in sorted(scale)))
     optimistic = {pair: predicted[pair] * scale[pair[1]] * ps.guide_optimism for pair in pending}
 
     split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s)
@@ -509,6 +513,20 @@ def _calibration_sample(pending: Mapping[tuple[str, str], Candidate], models: Ma
         mine = sorted(pair for pair in pending if pair[1] == name)
         sample[name] = rng.sample(mine, min(size, len(mine)))
     return sample
+
+
+def _whole_scale(graph: Graph, pools: Mapping[str, Sequence[Candidate]], models: Mapping,
+                 usable: Mapping[tuple[str, str], float], settings: OptimizeSettings,
+                 db: ProfileDB | None = None) -> dict[str, float]:
+    """Measured / predicted for each guided backend's whole model, where it was timed and accepted: how
+    fast this machine runs that backend now against what its model expects. A whole model's profile is
+    pinned within ProfileSettings.precision, where the median over a random sample moved with the
+    sample chosen (0.48-0.98 across seeds on segformer-b0's onnxruntime kernels, BENCHMARKS.md)."""
+    whole = len(graph.nodes)
+    pairs = {(c.key, name): c for name in models for c in pools.get(name, ()) if c.size == whole}
+    pairs = {pair: c for pair, c in pairs.items() if usable.get(pair)}
+    predicted = _predicted_costs(graph, pairs, models, settings, db)
+    return {name: usable[(key, name)] / predicted[(key, name)] for key, name in pairs if predicted[(key, name)] > 0}
 
 
 def _scale(records: Mapping[tuple[str, str], Record], predicted: Mapping[tuple[str, str], float],

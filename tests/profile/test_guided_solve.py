@@ -198,3 +198,25 @@ def test_predictions_read_the_stored_features_and_compute_the_missing(tmp_path) 
     with ProfileDB(tmp_path / "p.sqlite") as db:
         db.put_features("m", FEATURES_VERSION, {k: (f.values if k != broken else (1.0,)) for k, f in features.items()})
         assert _predicted_costs(graph, pending, models, settings, db) == computed
+
+
+def test_predictions_are_rescaled_by_the_whole_model_where_it_was_timed() -> None:
+    """_whole_scale: each guided backend's whole model measured / predicted, from that candidate and no
+    other; a backend whose whole model was not timed (or not accepted) is left to the random sample."""
+    from korch.costmodel import CostModel, MachinePeaks
+    from korch.costmodel.features import features_by_key
+    from korch.profile.guided import _whole_scale
+    from korch.settings import OptimizeSettings
+
+    graph = conv_bias_relu(np.random.default_rng(0))
+    cands = list(enumerate_candidates(graph, CandidateLimits()))
+    whole = next(c for c in cands if c.size == len(graph.nodes))
+    part = next(c for c in cands if c.size < len(graph.nodes))
+    peaks = MachinePeaks(flops_per_s_per_thread=1e10, bytes_per_s=1e10)
+    models = {name: CostModel(name, "m", peaks) for name in ("onnxruntime", "openvino")}
+    settings = OptimizeSettings(threads=1)
+    predicted = float(models["onnxruntime"].predict([features_by_key(graph, [whole])[whole.key]], 1)[0])
+    usable = {(whole.key, "onnxruntime"): 3.0 * predicted, (part.key, "onnxruntime"): 1e-9,
+              (part.key, "openvino"): 1.0}
+    scale = _whole_scale(graph, {"onnxruntime": cands, "openvino": cands}, models, usable, settings)
+    assert scale == {"onnxruntime": pytest.approx(3.0)}
