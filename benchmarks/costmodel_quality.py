@@ -103,7 +103,7 @@ def evaluate(args: argparse.Namespace) -> None:
             rows = db.timed_with_features(backend, machine, FEATURES_VERSION)
             ps = ProfileSettings()
             for r in leave_one_model_out(rows, backend, machine, peaks, optimism=ps.guide_optimism,
-                                         sample=ps.guide_sample):
+                                         sample=ps.guide_sample, by_whole=ps.guide_scale_by_whole):
                 results.append(asdict(r))
                 print(f"| {backend} | {r.model} | {r.test_rows} | {r.train_rows} | {r.pca_prior:.3f} | "
                       f"{r.pca_learned:.3f} | {r.below_optimism * 100:.1f}% |", flush=True)

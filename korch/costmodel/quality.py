@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from korch.costmodel.features import FEATURE_INDEX
 from korch.costmodel.model import CostModel, CostModelSettings, MachinePeaks, per_thread_count, prior_seconds, train
 from korch.profile.database import TimedKernel
 
@@ -51,14 +52,17 @@ class HeldOut:
     pca_prior: float
     pca_learned: float
     # The fraction measured below `optimism` x their prediction (rescaled as guided profiling does, by
-    # a random sample's measured / predicted): kernels guided profiling could wrongly leave out.
+    # the whole model's measured / predicted, or a random sample's median of them): kernels guided
+    # profiling could wrongly leave out.
     below_optimism: float
 
 
 def leave_one_model_out(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: MachinePeaks,
                         settings: CostModelSettings = CostModelSettings(), optimism: float = 0.5,
-                        sample: int = 12) -> list[HeldOut]:
-    """For each model: train on the kernels never seen in it, predict the kernels seen in it."""
+                        sample: int = 12, by_whole: bool = True) -> list[HeldOut]:
+    """For each model: train on the kernels never seen in it, predict the kernels seen in it.
+    `by_whole`: rescale by the model's largest kernel timed (its whole model: every primitive of it)
+    as guided profiling does (ProfileSettings.guide_scale_by_whole), else by `sample` random kernels."""
     models = sorted({m for r in rows for m in r.models})
     out = []
     for held in models:
@@ -70,9 +74,12 @@ def leave_one_model_out(rows: Sequence[TimedKernel], backend: str, machine: str,
         measured = [r.median_s for r in test]
         prior = per_thread_count(test, lambda fs, t: prior_seconds(fs, t, backend, peaks))
         predicted = per_thread_count(test, learned.predict)
-        # as guided profiling does: rescale by measured / predicted over a random sample of the model's kernels
-        picked = np.random.default_rng(0).choice(len(test), size=min(sample, len(test)), replace=False)
-        scale = float(np.median(np.asarray(measured)[picked] / predicted[picked]))
+        if by_whole:
+            whole = max(range(len(test)), key=lambda k: test[k].features[FEATURE_INDEX["nodes"]])
+            scale = measured[whole] / float(predicted[whole])
+        else:
+            picked = np.random.default_rng(0).choice(len(test), size=min(sample, len(test)), replace=False)
+            scale = float(np.median(np.asarray(measured)[picked] / predicted[picked]))
         below = float(np.mean(np.asarray(measured) < optimism * scale * predicted))
         out.append(HeldOut(held, backend, len(test), learned.trained_rows, pairwise_accuracy(prior, measured),
                            pairwise_accuracy(predicted, measured), below))

@@ -34,3 +34,16 @@ def test_leave_one_model_out_tests_only_kernels_the_training_never_saw() -> None
     assert held["c"].test_rows == 61 and held["c"].train_rows == 299      # the shared kernel is tested with c, not learned
     for h in held.values():
         assert h.pca_learned > h.pca_prior and h.pca_learned >= 0.9, h
+
+
+def test_below_optimism_is_rescaled_by_the_whole_model_as_guided_profiling_rescales() -> None:
+    """The held-out model's largest kernel (standing for its whole model: the most primitives) sets the
+    scale: timed 10x slower than the prior would have it, nearly every other kernel then falls below
+    half its rescaled prediction; rescaled by a random sample instead, almost none does."""
+    rows = synthetic(150, 1, "a") + synthetic(150, 2, "b")
+    k = max((k for k, r in enumerate(rows) if "b" in r.models), key=lambda k: rows[k].features[0])  # "nodes"
+    rows[k] = rows[k]._replace(median_s=rows[k].median_s * 10)
+    by_whole = {h.model: h for h in leave_one_model_out(rows, "onnxruntime", MACHINE, PEAKS, SMALL)}["b"]
+    by_sample = {h.model: h for h in leave_one_model_out(rows, "onnxruntime", MACHINE, PEAKS, SMALL,
+                                                         by_whole=False)}["b"]
+    assert by_whole.below_optimism > 0.9 and by_sample.below_optimism < 0.1
