@@ -1,0 +1,88 @@
+"""Do Inductor's regions matter? Over a model's exhaustive profiles, the split optimum with every
+Inductor kernel, with fewer of its regions, and without its small kernels.
+
+    python benchmarks/inductor_regions.py --cache DIR [--threads 2] MODEL
+
+DIR is a cache in which MODEL was optimized with every candidate profiled (guided profiling off), as
+for benchmarks/guided_replay.py. Inductor compiles its `inductor_region_budget` largest regions
+(the whole model first) whatever else it measures, seconds to a minute each; this prints each
+region's profile, which Inductor kernels the exhaustive split optimum uses, and the optimum (in
+profiled time, with boundary costs and kernel starts, as guided profiling solves it) when the
+regions other than the whole model are left out, all but the largest, or Inductor's small kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from korch.api import default_backends  # noqa: E402
+from korch.backends import get_backend  # noqa: E402
+from korch.pipeline import candidate_universe, enumerate_all, largest_regions, profile_pools, run_fission  # noqa: E402
+from korch.profile.boundaries import boundary_model  # noqa: E402
+from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
+from korch.profile.guided import SplitProblem  # noqa: E402
+from korch.profile.profiler import accepted, record_version  # noqa: E402
+from korch.select.blp import SelectionError  # noqa: E402
+from korch.settings import OptimizeSettings  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("model")
+    args = parser.parse_args()
+    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
+    ps, machine = settings.profile, machine_fingerprint()
+    graph = run_fission(args.model, None, cache_dir=args.cache).graph
+    whole = len(graph.nodes)
+    cands = enumerate_all(graph, settings)
+    pools = profile_pools(graph, cands, settings)
+    universe = candidate_universe(cands, settings)
+    regions = largest_regions(cands, settings)
+    run_pools = {name: list(universe[name] if name in ps.guided_backends else pools[name]) for name in pools}
+    if "inductor" not in run_pools:
+        raise SystemExit("inductor is not among the backends")
+    run_pools["inductor"] = list({c.key: c for c in [*run_pools["inductor"], *regions]}.values())
+    with ProfileDB(args.cache / DB_FILENAME) as db:
+        truth = {}
+        for name, cs in run_pools.items():
+            stored = db.get_many(list({c.key for c in cs}), name, record_version(get_backend(name), ps),
+                                 args.threads, machine)
+            truth.update({(key, name): r for key, r in stored.items()})
+        boundaries = boundary_model(db, settings.backends, args.threads, machine, settings.calibration, ps.cold_cache)
+    whole_ort = next((truth.get((c.key, "onnxruntime")) for c in pools.get("onnxruntime", ()) if c.size == whole), None)
+    tolerance = settings.accuracy.tolerance(whole_ort.error if whole_ort is not None and whole_ort.error else 0.0)
+    usable = {pair: r.median_s for pair, r in truth.items() if accepted(r, tolerance) and r.median_s}
+    problem = SplitProblem(graph, run_pools, lambda p, c, v: boundaries.cost(p, c, graph.types[v]), boundaries.start,
+                           settings.selection.solver_time_limit_s)
+    wholes = {name: usable[(c.key, name)] for name, cs in run_pools.items() for c in cs
+              if c.size == whole and (c.key, name) in usable}
+    print(f"{args.model}: whole models " + ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(wholes.items())))
+    for r in regions:
+        t = usable.get((r.key, "inductor"))
+        print(f"  inductor region of {r.size}/{whole} primitives: " + (f"{t * 1e3:.2f} ms" if t else "not usable"))
+    best = problem.solve(usable, {}, {})
+    size = {c.key: c.size for c in cands.all}
+    used = sorted(size.get(problem.pairs[o.key][0], 0) for o in best.chosen if o.engine == "inductor")
+    print(f"split optimum {best.cost * 1e3:.3f} ms; its inductor kernels (primitives each): {used or 'none'}")
+    others = [r.key for r in regions if r.size != whole]             # largest first
+    region_keys = set(others)
+    cases = {"without the regions but the whole model": set(others),
+             "with only the largest region besides": set(others[1:]),
+             "without inductor's small kernels": {k for (k, n) in usable if n == "inductor" and k not in region_keys}}
+    for label, gone in cases.items():
+        costs = {pair: t for pair, t in usable.items() if not (pair[1] == "inductor" and pair[0] in gone)}
+        try:
+            cost = problem.solve(costs, {}, {}).cost
+            print(f"  {label}: {cost * 1e3:.3f} ms ({cost / best.cost - 1:+.2%})")
+        except SelectionError as e:
+            print(f"  {label}: no split plan ({e})")
+
+
+if __name__ == "__main__":
+    main()
