@@ -52,6 +52,7 @@ from korch.profile.guided import (  # noqa: E402
     solve_until_stable,
 )
 from korch.profile.profiler import accepted, record_version  # noqa: E402
+from korch.profile.timing import summarize  # noqa: E402
 from korch.select.blp import SelectionError  # noqa: E402
 from korch.settings import OptimizeSettings  # noqa: E402
 
@@ -125,11 +126,11 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
     print(f"best whole model {best_whole * 1e3:.3f} ms" if best_whole is not None else "no whole model profiled")
     by_whole = _whole_scale(graph, run_pools, models, usable_all, settings)
     for name in sorted(models):
-        ratios = sorted(usable_all[p] / predicted[p] for p in legal if p[1] == name and p in usable_all and predicted[p])
+        ratios = [usable_all[p] / predicted[p] for p in legal if p[1] == name and p in usable_all and predicted[p]]
         if ratios:
-            q = [ratios[int(f * (len(ratios) - 1))] for f in (0.1, 0.5, 0.9)]
-            print(f"{name}: measured / predicted over all {len(ratios)} timed legal pairs: median {q[1]:.2f} "
-                  f"(p10-p90 {q[0]:.2f}-{q[2]:.2f}); its whole model: "
+            q = summarize(ratios)
+            print(f"{name}: measured / predicted over all {len(ratios)} timed legal pairs: median {q.median_s:.2f} "
+                  f"(p10-p90 {q.p10_s:.2f}-{q.p90_s:.2f}); its whole model: "
                   + (f"{by_whole[name]:.2f}" if name in by_whole else "not timed"))
     print("| optimism | batch | LP first | bar | sample (seed) | scale | rounds | stable | measured / legal | solver s | "
           "split plan kept ms | regret (predicted) | plan regret |")

@@ -523,8 +523,8 @@ def _whole_scale(graph: Graph, pools: Mapping[str, Sequence[Candidate]], models:
     pinned within ProfileSettings.precision, where the median over a random sample moved with the
     sample chosen (0.48-0.98 across seeds on segformer-b0's onnxruntime kernels, BENCHMARKS.md)."""
     whole = len(graph.nodes)
-    pairs = {(c.key, name): c for name in models for c in pools.get(name, ()) if c.size == whole}
-    pairs = {pair: c for pair, c in pairs.items() if usable.get(pair)}
+    pairs = {(c.key, name): c for name in models for c in pools.get(name, ())
+             if c.size == whole and usable.get((c.key, name))}
     predicted = _predicted_costs(graph, pairs, models, settings, db)
     return {name: usable[(key, name)] / predicted[(key, name)] for key, name in pairs if predicted[(key, name)] > 0}
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from korch.costmodel.quality import leave_one_model_out, pairwise_accuracy
-from tests.costmodel.test_model import MACHINE, PEAKS, SMALL, synthetic
+from tests.costmodel.test_model import IX, MACHINE, PEAKS, SMALL, synthetic
 
 
 def test_pairwise_accuracy_counts_ordered_pairs() -> None:
@@ -41,7 +41,7 @@ def test_below_optimism_is_rescaled_by_the_whole_model_as_guided_profiling_resca
     scale: timed 10x slower than the prior would have it, nearly every other kernel then falls below
     half its rescaled prediction; rescaled by a random sample instead, almost none does."""
     rows = synthetic(150, 1, "a") + synthetic(150, 2, "b")
-    k = max((k for k, r in enumerate(rows) if "b" in r.models), key=lambda k: rows[k].features[0])  # "nodes"
+    k = max((k for k, r in enumerate(rows) if "b" in r.models), key=lambda k: rows[k].features[IX["nodes"]])
     rows[k] = rows[k]._replace(median_s=rows[k].median_s * 10)
     by_whole = {h.model: h for h in leave_one_model_out(rows, "onnxruntime", MACHINE, PEAKS, SMALL)}["b"]
     by_sample = {h.model: h for h in leave_one_model_out(rows, "onnxruntime", MACHINE, PEAKS, SMALL,
