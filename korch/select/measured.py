@@ -13,15 +13,16 @@ close contenders wrongly. So:
    So each kernel's time in the plan, less the boundary costs the BLP charges it, replaces its
    profile, and the BLP is solved again, until it chooses only kernels already timed in a plan
    (in-plan times are taken at the speed the machine had when the kernels were profiled: each
-   round is divided by how much slower than their profiles the plan's kernels then ran alone,
-   InPlanTimes)
+   round is divided by how much slower than its profile the cheapest whole model then ran alone,
+   not the plan's own kernels, whose profiles the solver chose for reading low; InPlanTimes)
    (`refine_rounds` at most). A kernel starts in a plan with what the kernels before it evicted
    (efficientvit-b1 on the AMD host: small kernels 0.2-0.6 ms over their profile, about 0.3 ms a
    kernel, where the calibrated chains of identical kernels read 10-50 us). The BLP charges every
    kernel its engine's calibrated kernel start (korch/profile/boundaries.py); a kernel not yet timed
-   in a plan is also priced at the start cost: the median, over the kernels timed in plans so far,
-   of their in-plan cost over their profile (both net of what the BLP charges them), so that each
-   round's solve does not turn to other untimed small kernels that look that much cheaper. The last
+   in a plan is priced as the kernels timed in plans so far ran against their profiles (both net
+   of what the BLP charges them): a factor on its profile (its luck) and a start cost (_Context.
+   untimed_cost), so that each round's solve does not turn to other untimed kernels only because
+   their profiles read as low as the last plan's did. The last
    plan is timed end to end; its prediction (in-plan costs + boundaries) is kept beside its measured
    time.
 2. Each engine's *whole-model* kernel (one engine running everything) that could beat it joins a
@@ -58,6 +59,7 @@ compiled: its predicted time is the reason.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 import statistics
@@ -88,12 +90,15 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v12-kernel-start"
+PROCEDURE = "measured-selection-v13-speed-probe"
 SPLIT = "split"
 # In-plan costs are keyed "candidate key|backend"; this entry holds the start cost of a kernel not
 # yet timed in a plan (_Context.costed), beyond its engine's calibrated kernel start, stored with them
 # so that a warm run solves as the cold one.
 START = "start|"
+# ... and this one the factor on its profile (_Context.untimed_cost): the solver chose kernels whose
+# profiles read low, so one not yet timed in a plan is expected to run above its profile in proportion.
+FACTOR = "factor|"
 # Entries "excluded|<backend>|<primitive indices>" (at inf) name the (engine, primitives) pairs a cold run
 # excluded from split plans (_Context.exclude), so that a warm run excludes exactly what it did: a
 # kernel's cost key alone (inf) would also exclude its structural twins over other primitives.
@@ -173,30 +178,57 @@ class Selected:
 @dataclass(frozen=True)
 class InPlanTimes:
     """A split plan's steps timed round by round (seconds, [round][step]): inside a run of the plan,
-    and alone right after it, as the profiler timed it (Session.alone_times).
+    and alone right after it, as the profiler timed it (Session.alone_times); and, each round, a
+    probe: a whole-model kernel timed alone the same way (`probe`, with its own profile
+    `probe_profiled`).
 
     A kernel's time in the plan differs from its profile by what the plan does to it (its inputs
-    arrive from another kernel, another engine's pool still spins) and by how fast the machine runs
-    at the time. The second is not the plan's: cold, segformer-b0's first split plan measured 496 ms
-    in the plan, every kernel about 1.5x its profile, and the same plan 312 ms a few minutes later,
-    at its prediction of 320 (a VM's neighbours, not the plan). Timed so, it would have been dropped
-    for kernels whose profiles were right. So each round's in-plan times are divided by that round's
-    `slowdowns()`: how much slower than their profiles the same kernels ran alone in that round. A
-    kernel's own surprise in the plan is kept; the machine's, common to the kernels, goes."""
+    arrive from another kernel, another engine's pool still spins), by how fast the machine runs at
+    the time, and by luck: of thousands of candidates each timed once on a noisy machine, the solver
+    chooses those whose one timing read low. The machine's speed is not the plan's: cold,
+    segformer-b0's first split plan measured 496 ms in the plan, every kernel about 1.5x its profile,
+    and the same plan 312 ms a few minutes later (a VM's neighbours, not the plan). So each round's
+    in-plan times are divided by that round's `slowdowns()`: how much slower than its profile the
+    probe ran alone in that round. The probe is a whole model, profiled until its median is pinned
+    and not chosen for a low reading: the plan's own kernels, profiled again the same way, ran
+    1.21-1.57x their profiles where the whole models ran 1.01x (benchmarks/winners_curse.py,
+    BENCHMARKS.md), so dividing by their own slowdown (as before) gave back the lucky profiles it
+    should have corrected. Without a probe (`probe` empty), the kernels' own slowdown is used.
+
+    The probe is only as good as its own profile, which can be off too (yolox-nano's onnxruntime
+    whole model profiled at 20.6 ms in a cache where it ran 12-16 ms). So its reading is held
+    between the kernels' own slowdown (luck only makes kernels slower than their profiles) and that
+    over `luck_max`, the most luck the kernels are credited with."""
 
     in_plan: tuple[tuple[float, ...], ...]
     alone: tuple[tuple[float, ...], ...]
     profiled: tuple[float, ...]           # each step's profile
+    probe: tuple[float, ...] = ()         # per round: the probe alone
+    probe_profiled: float = 0.0           # the probe's profile
+    luck_max: float = 2.0
 
-    def slowdowns(self) -> list[float]:
+    def kernel_slowdowns(self) -> list[float]:
         """Per round, the median of the steps' alone times over their profiles, each step weighted by
         its profile (so microsecond kernels' timer noise does not decide, nor one kernel whose profile
-        was itself taken in a slow minute): 1.0 where the machine ran as fast as when they were
-        profiled."""
+        was itself taken in a slow minute)."""
         return [_weighted_median([(a / p, p) for a, p in zip(r, self.profiled) if a > 0 and p > 0]) for r in self.alone]
+
+    def slowdowns(self) -> list[float]:
+        """Per round, how much slower than when the kernels were profiled the machine ran: the probe's
+        time alone over its profile (else `kernel_slowdowns`); 1.0 where it ran as fast."""
+        kernels = self.kernel_slowdowns()
+        if not (self.probe and self.probe_profiled > 0):
+            return kernels
+        return [min(max(t / self.probe_profiled, k / self.luck_max), k) if t > 0 else k
+                for t, k in zip(self.probe, kernels)]
 
     def slowdown(self) -> float:
         return statistics.median(self.slowdowns())
+
+    def kernel_slowdown(self) -> float:
+        """The steps alone over their profiles, over the machine's slowdown: how far their profiles
+        were from what they take (1.0: as profiled)."""
+        return statistics.median(k / m for k, m in zip(self.kernel_slowdowns(), self.slowdowns()))
 
     def step_seconds(self) -> list[float]:
         """Each step's median over rounds of its in-plan time divided by the round's slowdown."""
@@ -219,6 +251,18 @@ def _weighted_median(pairs: Sequence[tuple[float, float]]) -> float:
         if running >= half:
             return value
     return ordered[-1][0]
+
+
+@dataclass
+class _Probe:
+    """A whole-model kernel compiled once to read the machine's speed while split plans are timed
+    (InPlanTimes), then handed to the comparison as that engine's contender."""
+
+    backend: str
+    plan: Plan
+    session: Session
+    args: list
+    profiled_s: float
 
 
 @dataclass(frozen=True)
@@ -282,6 +326,8 @@ class _Context:
         # primitives on the same engine, such as their region, goes too)
         self.excluded: dict[str, str] = {}
         self.excluded_nodes: set[tuple[str, frozenset[int]]] = set()
+        self._probe: _Probe | None = None
+        self._probe_tried = False
 
     def stored(self, plan: Plan) -> Plan:
         """`plan` with the kernels the cache keeps compiled (profiling keeps each engine's whole model
@@ -296,31 +342,73 @@ class _Context:
         plan = self.stored(self.whole_model(backend)[0])
         return all(step in plan.artifacts for step in plan.steps)
 
+    def probe(self) -> _Probe | None:
+        """The cheapest whole-model kernel of an engine that compiles it quickly, compiled at the first
+        call: InPlanTimes reads the machine's speed from it. None if there is none or it fails to compile."""
+        if not self._probe_tried:
+            self._probe_tried = True
+            quick = [b for b in self.whole if self.quick_to_compile(b)]
+            if quick:
+                backend = min(quick, key=lambda b: (self.whole[b].cost, b))
+                plan = self.stored(self.whole_model(backend)[0])
+                try:
+                    session = compile_plan(plan)
+                except Exception as e:  # noqa: BLE001  (it compiled when profiled; without it, the kernels' own speed)
+                    log.warning("%s does not compile again (%s): split plans are timed without a probe", _who(backend), e)
+                    return None
+                self._probe = _Probe(backend, plan, session, session.step_inputs(self.feeds), self.whole[backend].cost)
+        return self._probe
+
+    def take_probe(self) -> _Probe | None:
+        """The probe, if one was compiled, handed over once: this context keeps it no longer."""
+        probe, self._probe = self._probe, None
+        return probe
+
     def cost_key(self, step: Step) -> str:
         """Names a (candidate, backend) pair across runs (Option.key numbers options within one run)."""
         return f"{step.key}|{step.backend}"
 
     def costed(self, costs: Mapping[str, float]) -> list[Option]:
-        """The split options, each with its in-plan cost where `costs` has one, else its profile plus
-        the start cost `costs` holds (START)."""
-        start = costs.get(START, 0.0)
+        """The split options, each with its in-plan cost where `costs` has one, else its profile times
+        the factor plus the start cost `costs` holds (FACTOR, START)."""
+        start, factor = costs.get(START, 0.0), costs.get(FACTOR, 1.0)
         out = []
         for o in self.split_options:
             c = costs.get(self.cost_key(self.steps[o.key]))
             if self.is_excluded(o) or c == math.inf:      # (a remembered exclusion is stored as inf)
                 continue
             if c is None:
-                out.append(replace(o, cost=max(o.cost + start, 0.0)) if start else o)
+                out.append(replace(o, cost=max(o.cost * factor + start, 0.0)) if start or factor != 1.0 else o)
             else:
                 out.append(replace(o, cost=c))
         return out
 
-    def start_cost(self, costs: Mapping[str, float]) -> float:
-        """The median, over the kernels `costs` has an in-plan cost for (each once, at its latest), of
-        that cost over its profile; 0.0 if none."""
+    def untimed_cost(self, costs: Mapping[str, float]) -> dict[str, float]:
+        """What a kernel not yet timed in a plan is expected to cost, from the kernels `costs` has an
+        in-plan cost for (each once, at its latest): FACTOR x its profile + START, fitted to them by
+        the median slope over pairs of them (each pair weighted by how far apart their profiles are)
+        and the median of what remains. The factor is luck (profiles the solver chose read low in
+        proportion: yolox-nano's chosen kernels ran 1.54x theirs); the start is what the kernels
+        before one evicted (0.2-0.6 ms on efficientvit-b1's small kernels). Kernels of equal profiles
+        cannot tell the two apart: then the factor is 1.0.
+
+        Neither goes below what an untimed kernel's profile says: a factor under 1.0 or a negative
+        start would price small untimed kernels under their profiles, at zero where the fit
+        extrapolates (two kernels of 6-7 ms fitted 2.0x - 4.9 ms), and the next solve would turn to
+        dozens of them (efficientvit-b1: 45 kernels predicted at 10 ms that took 19 in the plan). A
+        negative start is taken as no start, and the factor is then their median ratio (weighted by
+        profile). 1.0 and 0.0 if none was timed."""
         profiles = {self.cost_key(self.steps[o.key]): o.cost for o in self.split_options}
-        excess = [c - profiles[key] for key, c in costs.items() if key in profiles and math.isfinite(c)]
-        return statistics.median(excess) if excess else 0.0
+        timed = [(profiles[key], c) for key, c in costs.items() if key in profiles and math.isfinite(c) and profiles[key] > 0]
+        if not timed:
+            return {FACTOR: 1.0, START: 0.0}
+        slopes = [((c1 - c2) / (p1 - p2), abs(p1 - p2)) for (p1, c1), (p2, c2) in itertools.combinations(timed, 2)
+                  if p1 != p2]
+        factor = max(_weighted_median(slopes), 1.0) if slopes else 1.0
+        start = statistics.median(c - factor * p for p, c in timed)
+        if start < 0:
+            factor, start = max(_weighted_median([(c / p, p) for p, c in timed]), 1.0), 0.0
+        return {FACTOR: factor, START: start}
 
     def is_excluded(self, option: Option) -> bool:
         step = self.steps[option.key]
@@ -385,17 +473,23 @@ class _Context:
 
     def in_plan_times(self, plan: Plan, session: Session) -> InPlanTimes:
         """The plan's steps timed `refine_runs` rounds, each round a run of the plan with every step
-        timed, then every step alone as the profiler timed it (InPlanTimes)."""
+        timed, then every step alone as the profiler timed it, then the probe alone (InPlanTimes)."""
         s = self.settings.selection
+        probe = self.probe()
         for _ in range(s.plan_warmup):
             session.run(None, self.feeds)
+            if probe is not None:
+                probe.session.run(None, self.feeds)
         args = session.step_inputs(self.feeds)
         sweep = CacheSweep() if self.settings.profile.cold_cache else None
-        in_plan, alone = [], []
+        in_plan, alone, speed = [], [], []
         for _ in range(s.refine_runs):
             in_plan.append(tuple(session.step_times(self.feeds)))
             alone.append(tuple(session.alone_times(args, sweep)))
-        return InPlanTimes(tuple(in_plan), tuple(alone), tuple(st.cost_s for st in plan.steps))
+            if probe is not None:
+                speed.append(probe.session.alone_times(probe.args, sweep)[0])
+        return InPlanTimes(tuple(in_plan), tuple(alone), tuple(st.cost_s for st in plan.steps), tuple(speed),
+                           probe.profiled_s if probe is not None else 0.0, s.luck_max)
 
     def in_plan_costs(self, plan: Plan, times: InPlanTimes) -> dict[str, float]:
         """Each kernel's time in the plan at the speed the machine had when it was profiled
@@ -613,12 +707,16 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
         if fresh and round_ < s.refine_rounds:
             times = ctx.in_plan_times(plan, session)
             costs.update(ctx.in_plan_costs(plan, times))
-            costs[START] = ctx.start_cost(costs)
+            costs.update(ctx.untimed_cost(costs))
+            probe = ctx.probe()
             log.info("split plan %d: %d kernels (%d not yet timed in a plan), predicted %.3f ms, %.3f ms in the plan "
-                     "at the profiles' speed (%.3f ms as timed, its kernels alone at %.2fx their profiles); a kernel "
-                     "not yet timed in a plan now costs its profile %+.3f ms", round_ + 1, len(plan.steps), fresh,
-                     predicted * 1e3, (sum(costs[ctx.cost_key(st)] for st in plan.steps) + selection.boundary_s) * 1e3,
-                     times.as_timed_s() * 1e3, times.slowdown(), costs[START] * 1e3)
+                     "at the profiles' speed (%.3f ms as timed; the machine at %.2fx %s; its kernels alone at %.2fx "
+                     "their profiles beyond that); a kernel not yet timed in a plan now costs %.2fx its profile %+.3f ms",
+                     round_ + 1, len(plan.steps), fresh, predicted * 1e3,
+                     (sum(costs[ctx.cost_key(st)] for st in plan.steps) + selection.boundary_s) * 1e3,
+                     times.as_timed_s() * 1e3, times.slowdown(),
+                     f"by {_who(probe.backend)}" if probe is not None else "by its kernels (no probe)",
+                     times.kernel_slowdown(), costs[FACTOR], costs[START] * 1e3)
             continue
         measured = ctx.time(session)
         log.info("split plan: %d kernels (%d costed by profile alone), predicted %.3f ms (%.3f ms boundaries), "
@@ -629,8 +727,8 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
 
 
 def _timed_in_plan(costs: Mapping[str, float]) -> int:
-    """How many kernels' profiles in-plan costs replaced (not START, exclusions or other infinities)."""
-    return sum(key != START and math.isfinite(c) for key, c in costs.items())
+    """How many kernels' profiles in-plan costs replaced (not START or FACTOR, exclusions or other infinities)."""
+    return sum(key not in (START, FACTOR) and math.isfinite(c) for key, c in costs.items())
 
 
 def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
@@ -736,17 +834,26 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
     duels: list[Duel] = []
     tried: set[str] = set()
     admitted = 0
+    probe = ctx.take_probe()                     # compiled already, if split plans were timed
 
     def admit(backend: str) -> _Contender | None:
-        """Compile and check one engine's whole-model kernel; a contender if it passes."""
+        """Compile and check one engine's whole-model kernel (the probe's, if it is that engine's); a
+        contender if it passes."""
+        nonlocal probe
         tried.add(backend)
-        plan, selection = ctx.whole_model(backend)
-        plan = ctx.stored(plan)
-        try:
-            session = compile_plan(plan)
-        except Exception as e:  # it compiled when profiled; a failure now only removes a contender
-            log.warning("whole-model kernel on %s does not compile again (%s); not compared", backend, e)
-            return None
+        _, selection = ctx.whole_model(backend)
+        if probe is not None and probe.backend == backend:
+            plan, session, probe = probe.plan, probe.session, None
+        else:
+            if probe is not None:                # its weights go before another whole model's come
+                probe = None
+                release_freed_heap()
+            plan = ctx.stored(ctx.whole_model(backend)[0])
+            try:
+                session = compile_plan(plan)
+            except Exception as e:  # it compiled when profiled; a failure now only removes a contender
+                log.warning("whole-model kernel on %s does not compile again (%s); not compared", backend, e)
+                return None
         check = ctx.check(plan, session)
         if check is not None and not check.ok:
             inaccurate[backend] = f"{backend}'s whole model, {check.worst()}"

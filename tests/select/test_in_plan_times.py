@@ -1,6 +1,7 @@
 """In-plan costs at the profiles' speed: a round's in-plan times are divided by how much slower than
-their profiles the same kernels ran alone in that round, so a machine-wide slowdown is not read as
-the plan's cost, while a kernel's own surprise in the plan is kept. And the two session calls that
+its profile a probe (a whole model) ran alone in that round, or without one the plan's own kernels,
+so a machine-wide slowdown is not read as the plan's cost, while a kernel's own surprise in the plan
+is kept, and so is a profile that read low. And the two session calls that
 timing needs: each step's inputs as the plan gives them, and each step timed alone on them."""
 
 from __future__ import annotations
@@ -35,6 +36,27 @@ def test_a_slow_round_is_divided_out_and_a_kernels_own_surprise_is_kept() -> Non
     all_slow = InPlanTimes((slow["in_plan"],) * 3, (slow["alone"],) * 3, profiled)
     assert all_slow.as_timed_s() == pytest.approx(0.090)
     assert all_slow.step_seconds() == pytest.approx([0.015, 0.030])   # as if timed at the profiles' speed
+
+
+def test_with_a_probe_the_machine_is_read_from_it_and_lucky_profiles_are_not_given_back() -> None:
+    # both kernels run alone at 1.4x their profiles while the probe runs at its own: their profiles
+    # read low (the solver chose them for it), the machine did not slow down
+    profiled = (0.010, 0.030)
+    lucky = InPlanTimes(((0.014, 0.042),) * 3, ((0.014, 0.042),) * 3, profiled, (0.100, 0.101, 0.099), 0.100)
+    assert lucky.slowdowns() == pytest.approx([1.0, 1.01, 0.99])
+    assert lucky.step_seconds() == pytest.approx([0.014, 0.042], rel=0.011)
+    assert lucky.kernel_slowdown() == pytest.approx(1.4, rel=0.011)
+    assert InPlanTimes(((0.014, 0.042),), ((0.014, 0.042),), profiled).step_seconds() == pytest.approx(profiled)
+    # the machine at half speed: the probe says so, and it is divided out as before
+    slow = InPlanTimes(((0.028, 0.084),), ((0.028, 0.084),), profiled, (0.200,), 0.100)
+    assert slow.slowdown() == pytest.approx(2.0) and slow.step_seconds() == pytest.approx([0.014, 0.042])
+    assert slow.kernel_slowdown() == pytest.approx(1.4)
+    # the probe's own profile off: read 100x its time (it runs at 0.01x it), or half its time; its
+    # reading is held between the kernels' slowdown over luck_max and the kernels' slowdown
+    off = InPlanTimes(((0.014, 0.042),), ((0.014, 0.042),), profiled, (0.100,), 10.0, luck_max=2.0)
+    assert off.slowdown() == pytest.approx(0.7) and off.kernel_slowdown() == pytest.approx(2.0)
+    low = InPlanTimes(((0.014, 0.042),), ((0.014, 0.042),), profiled, (0.100,), 0.050)
+    assert low.slowdown() == pytest.approx(1.4) and low.step_seconds() == pytest.approx(profiled)
 
 
 def test_the_slowdown_is_not_decided_by_one_odd_profile_or_a_microsecond_kernel() -> None:
@@ -133,7 +155,7 @@ def test_kernels_not_yet_timed_in_a_plan_pay_the_start_cost_the_timed_ones_showe
     from types import SimpleNamespace
 
     from korch.select.blp import Option, solve
-    from korch.select.measured import START, _Context
+    from korch.select.measured import FACTOR, START, _Context
 
     def option(name, nodes, cost, engine):
         inputs = {0: {"x"}, 1: {"t"}}[min(nodes)]
@@ -147,11 +169,12 @@ def test_kernels_not_yet_timed_in_a_plan_pay_the_start_cost_the_timed_ones_showe
     fake = SimpleNamespace(split_options=options, steps=steps, is_excluded=lambda o: False,
                            cost_key=lambda st: f"{st.key}|{st.backend}")
     in_plan = {"A|onnxruntime": 1.3e-3, "B|onnxruntime": 1.3e-3}
-    start = _Context.start_cost(fake, in_plan)
-    assert start == pytest.approx(0.3e-3)
-    # each kernel once, at its latest in-plan cost; an excluded one (inf) and START itself do not count
-    assert _Context.start_cost(fake, {**in_plan, "C|openvino": 0.9e-3, "D|openvino": math.inf, START: 1.0}) == \
-        pytest.approx(0.3e-3)
+    untimed = _Context.untimed_cost(fake, in_plan)       # equal profiles: no factor can be told apart
+    assert untimed[FACTOR] == 1.0 and untimed[START] == pytest.approx(0.3e-3)
+    start = untimed[START]
+    # each kernel once, at its latest in-plan cost; an excluded one (inf), START and FACTOR do not count
+    assert _Context.untimed_cost(fake, {**in_plan, "D|openvino": math.inf, START: 1.0, FACTOR: 3.0}) == \
+        pytest.approx(untimed)
 
     def chosen(costs):
         return sorted(o.key for o in solve(_Context.costed(fake, costs), ["x"], ["y"], required=[0, 1]).chosen)
@@ -160,6 +183,39 @@ def test_kernels_not_yet_timed_in_a_plan_pay_the_start_cost_the_timed_ones_showe
     assert chosen({**in_plan, START: start}) == ["AB"]
     assert {o.key: o.cost for o in _Context.costed(fake, {**in_plan, START: start})} == pytest.approx(
         {"A": 1.3e-3, "B": 1.3e-3, "C": 1.2e-3, "D": 1.2e-3, "AB": 2.35e-3})
+
+
+def test_kernels_whose_profiles_read_low_make_untimed_ones_cost_their_profile_times_as_much() -> None:
+    """Kernels of 1, 4 and 10 ms profiles ran 1.5x them in a plan, plus 0.2 ms each: the solver chose
+    them for profiles that read low. A kernel never in a plan is then expected at 1.5x its profile
+    plus 0.2 ms, not at its profile plus their median excess (2.2 ms, which a 0.1 ms kernel never
+    pays). One odd kernel does not move the fit."""
+    from types import SimpleNamespace
+
+    from korch.select.blp import Option
+    from korch.select.measured import FACTOR, START, _Context
+
+    profiles = {"a": 1e-3, "b": 4e-3, "c": 10e-3, "d": 0.1e-3, "e": 2e-3}
+    options = [Option(k, frozenset(), frozenset(), p, frozenset({n}), "onnxruntime")
+               for n, (k, p) in enumerate(profiles.items())]
+    steps = {o.key: SimpleNamespace(key=o.key, backend="onnxruntime") for o in options}
+    fake = SimpleNamespace(split_options=options, steps=steps, is_excluded=lambda o: False,
+                           cost_key=lambda st: f"{st.key}|{st.backend}")
+    in_plan = {f"{k}|onnxruntime": 1.5 * profiles[k] + 0.2e-3 for k in "abc"}
+    untimed = _Context.untimed_cost(fake, in_plan)
+    assert untimed[FACTOR] == pytest.approx(1.5) and untimed[START] == pytest.approx(0.2e-3)
+    costed = {o.key: o.cost for o in _Context.costed(fake, {**in_plan, **untimed})}
+    assert costed["d"] == pytest.approx(0.35e-3) and costed["e"] == pytest.approx(3.2e-3)
+    odd = _Context.untimed_cost(fake, {**in_plan, "e|onnxruntime": 9e-3})   # e ran 4.5x in its plan
+    assert odd[FACTOR] == pytest.approx(1.5, rel=0.05)
+    # two kernels whose fit extrapolates below zero (2.33x - 3.3 ms): no start, their median ratio
+    both = {"b|onnxruntime": 6e-3, "c|onnxruntime": 20e-3}
+    two = _Context.untimed_cost(fake, both)
+    assert two[START] == 0.0 and two[FACTOR] == pytest.approx(2.0)
+    assert min(o.cost for o in _Context.costed(fake, {**both, **two})) == pytest.approx(0.2e-3)     # d
+    # kernels that ran faster in a plan than profiled do not make untimed ones cheaper than theirs
+    fast = _Context.untimed_cost(fake, {f"{k}|onnxruntime": 0.8 * profiles[k] for k in "abc"})
+    assert fast == {FACTOR: 1.0, START: 0.0}
 
 
 def test_a_warm_run_excludes_exactly_the_kernels_the_cold_run_excluded() -> None:
