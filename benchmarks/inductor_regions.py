@@ -21,10 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from korch.api import default_backends  # noqa: E402
 from korch.backends import get_backend  # noqa: E402
+from korch.costmodel.features import FEATURES_VERSION  # noqa: E402
+from korch.costmodel.model import CostModel, MachinePeaks, train  # noqa: E402
 from korch.pipeline import candidate_universe, enumerate_all, largest_regions, profile_pools, run_fission  # noqa: E402
 from korch.profile.boundaries import boundary_model  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
-from korch.profile.guided import SplitProblem  # noqa: E402
+from korch.profile.guided import SplitProblem, _predicted_costs, _whole_scale, solve_until_stable  # noqa: E402
 from korch.profile.profiler import accepted, record_version  # noqa: E402
 from korch.select.blp import SelectionError  # noqa: E402
 from korch.settings import OptimizeSettings  # noqa: E402
@@ -34,6 +36,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--guide", action="store_true", help="replay guiding the regions by Inductor's cost model")
+    parser.add_argument("--peaks", type=float, nargs=2, metavar=("GFLOPS", "GBPS"), default=(64.0, 18.0),
+                        help="the prior's peaks: GFLOP/s per thread and GB/s (fixed, so that replays compare)")
+    parser.add_argument("--train-on", type=Path, nargs="+", default=None,
+                        help="learn Inductor's model from these caches instead of using its prior")
     parser.add_argument("model")
     args = parser.parse_args()
     settings = OptimizeSettings(threads=args.threads, backends=default_backends())
@@ -82,6 +89,54 @@ def main() -> None:
             print(f"  {label}: {cost * 1e3:.3f} ms ({cost / best.cost - 1:+.2%})")
         except SelectionError as e:
             print(f"  {label}: no split plan ({e})")
+    if args.guide:
+        peaks = MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9)
+        replay_guide(graph, run_pools, regions, usable, problem, best.cost, min(wholes.values()), settings, machine, peaks, args.train_on)
+
+
+def replay_guide(graph, run_pools, regions, usable, problem, best, bar, settings, machine, peaks, train_on) -> None:
+    """Module doc, `--guide`."""
+    whole = len(graph.nodes)
+    model = CostModel("inductor", machine, peaks)
+    if train_on:
+        rows = []
+        for other in train_on:
+            with ProfileDB(other / DB_FILENAME) as odb:
+                rows += odb.timed_with_features("inductor", machine, FEATURES_VERSION)
+        model = train(rows, "inductor", machine, peaks, settings.cost_model)
+    how = (f"learned from {model.trained_rows} kernels" if model.booster is not None else
+           f"its prior alone: {model.trained_rows} kernels to learn from, too few" if train_on else "its prior alone")
+    models = {"inductor": model}
+    scale = _whole_scale(graph, run_pools, models, usable, settings).get("inductor")
+    if scale is None:
+        print("guided regions: Inductor's whole model is not usable: no scale")
+        return
+    others = [r for r in regions if r.size != whole and (r.key, "inductor") in usable]
+    pending = {(r.key, "inductor"): r for r in others}
+    predicted = _predicted_costs(graph, pending, models, settings)
+    optimism = settings.profile.guide_optimism
+    optimistic = {pair: predicted[pair] * scale * optimism for pair in pending}
+    print(f"guided regions ({how}; Inductor's whole model measured / predicted {scale:.2f}, optimism {optimism:g}):")
+    for pair, r in pending.items():
+        print(f"  region of {r.size}/{whole} primitives: optimistic {optimistic[pair] * 1e3:.2f} ms, "
+              f"profiled {usable[pair] * 1e3:.2f} ms")
+    costs = {pair: t for pair, t in usable.items() if pair not in pending}
+    measured: list[int] = []
+
+    def measure(want) -> None:
+        for name, cs in want.items():
+            for c in cs:
+                measured.append(c.size)
+                costs[(c.key, name)] = usable[(c.key, name)]
+
+    rounds, stable = solve_until_stable(problem, costs, pending, optimistic, measure, 20, bar=bar)
+    try:
+        kept = problem.solve(costs, {}, {}).cost
+        ending = f"split optimum {kept * 1e3:.3f} ms ({kept / best - 1:+.2%} against all regions profiled)"
+    except SelectionError:
+        ending = "no split plan"
+    print(f"  {rounds} round(s), {'stable' if stable else 'round limit'}; regions measured (primitives): "
+          f"{measured or 'none'} of {len(others)}; {ending}")
 
 
 if __name__ == "__main__":
