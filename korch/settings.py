@@ -165,8 +165,8 @@ class SelectionSettings:
     # The machine's speed in those runs is read from a whole model alone (InPlanTimes), held between
     # the plan's kernels' own slowdown and that over `luck_max`: the most by which the solver's
     # choice is believed to have picked profiles that read low. Chosen kernels profiled again ran a
-    # weighted 1.21-1.57x their profiles where the whole models ran 1.01x, single kernels up to 2.05x
-    # (benchmarks/winners_curse.py, BENCHMARKS.md).
+    # weighted 1.19-1.91x their profiles relative to the whole models, single kernels up to 2.05x
+    # (p90; benchmarks/winners_curse.py, BENCHMARKS.md).
     luck_max: float = 2.0
     # A split plan that fails the accuracy check, though each of its kernels passed alone (their errors
     # add up): up to this many times, its kernels farthest from the reference, given the reference's

@@ -191,7 +191,7 @@ class InPlanTimes:
     in-plan times are divided by that round's `slowdowns()`: how much slower than its profile the
     probe ran alone in that round. The probe is a whole model, profiled until its median is pinned
     and not chosen for a low reading: the plan's own kernels, profiled again the same way, ran
-    1.21-1.57x their profiles where the whole models ran 1.01x (benchmarks/winners_curse.py,
+    1.19-1.91x their profiles relative to the whole models (benchmarks/winners_curse.py,
     BENCHMARKS.md), so dividing by their own slowdown (as before) gave back the lucky profiles it
     should have corrected. Without a probe (`probe` empty), the kernels' own slowdown is used.
 
