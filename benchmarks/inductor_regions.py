@@ -19,17 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from korch.api import default_backends  # noqa: E402
-from korch.backends import get_backend  # noqa: E402
+from exhaustive_cache import load  # noqa: E402  (benchmarks/exhaustive_cache.py)
+
 from korch.costmodel.features import FEATURES_VERSION  # noqa: E402
 from korch.costmodel.model import CostModel, MachinePeaks, train  # noqa: E402
-from korch.pipeline import candidate_universe, enumerate_all, largest_regions, profile_pools, run_fission  # noqa: E402
-from korch.profile.boundaries import boundary_model  # noqa: E402
-from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
-from korch.profile.guided import SplitProblem, _predicted_costs, _whole_scale, solve_until_stable  # noqa: E402
-from korch.profile.profiler import accepted, record_version  # noqa: E402
+from korch.profile.database import DB_FILENAME, ProfileDB  # noqa: E402
+from korch.profile.guided import _predicted_costs, _whole_scale, solve_until_stable  # noqa: E402
 from korch.select.blp import SelectionError  # noqa: E402
-from korch.settings import OptimizeSettings  # noqa: E402
 
 
 def main() -> None:
@@ -43,32 +39,12 @@ def main() -> None:
                         help="learn Inductor's model from these caches instead of using its prior")
     parser.add_argument("model")
     args = parser.parse_args()
-    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
-    ps, machine = settings.profile, machine_fingerprint()
-    graph = run_fission(args.model, None, cache_dir=args.cache).graph
-    whole = len(graph.nodes)
-    cands = enumerate_all(graph, settings)
-    pools = profile_pools(graph, cands, settings)
-    universe = candidate_universe(cands, settings)
-    regions = largest_regions(cands, settings)
-    run_pools = {name: list(universe[name] if name in ps.guided_backends else pools[name]) for name in pools}
-    if "inductor" not in run_pools:
+    ex = load(args.cache, args.model, args.threads)
+    if "inductor" not in ex.pools:
         raise SystemExit("inductor is not among the backends")
-    run_pools["inductor"] = list({c.key: c for c in [*run_pools["inductor"], *regions]}.values())
-    with ProfileDB(args.cache / DB_FILENAME) as db:
-        truth = {}
-        for name, cs in run_pools.items():
-            stored = db.get_many(list({c.key for c in cs}), name, record_version(get_backend(name), ps),
-                                 args.threads, machine)
-            truth.update({(key, name): r for key, r in stored.items()})
-        boundaries = boundary_model(db, settings.backends, args.threads, machine, settings.calibration, ps.cold_cache)
-    whole_ort = next((truth.get((c.key, "onnxruntime")) for c in pools.get("onnxruntime", ()) if c.size == whole), None)
-    tolerance = settings.accuracy.tolerance(whole_ort.error if whole_ort is not None and whole_ort.error else 0.0)
-    usable = {pair: r.median_s for pair, r in truth.items() if accepted(r, tolerance) and r.median_s}
-    problem = SplitProblem(graph, run_pools, lambda p, c, v: boundaries.cost(p, c, graph.types[v]), boundaries.start,
-                           settings.selection.solver_time_limit_s)
-    wholes = {name: usable[(c.key, name)] for name, cs in run_pools.items() for c in cs
-              if c.size == whole and (c.key, name) in usable}
+    graph, cands, regions, usable, problem, whole = ex.graph, ex.cands, ex.regions, ex.usable, ex.problem, ex.whole
+    settings, machine, run_pools = ex.settings, ex.machine, ex.pools
+    wholes = ex.whole_models()
     print(f"{args.model}: whole models " + ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(wholes.items())))
     for r in regions:
         t = usable.get((r.key, "inductor"))

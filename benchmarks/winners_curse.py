@@ -31,17 +31,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from korch.api import default_backends  # noqa: E402
+from exhaustive_cache import load  # noqa: E402  (benchmarks/exhaustive_cache.py)
+
 from korch.backends import get_backend  # noqa: E402
-from korch.frontend.regions import OnnxSource  # noqa: E402
-from korch.pipeline import candidate_universe, enumerate_all, largest_regions, profile_pools, run_fission  # noqa: E402
-from korch.profile.boundaries import boundary_model  # noqa: E402
-from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
-from korch.profile.guided import SplitProblem  # noqa: E402
-from korch.profile.profiler import accepted, profile, record_version  # noqa: E402
+from korch.profile.database import DB_FILENAME, ProfileDB  # noqa: E402
+from korch.profile.profiler import profile  # noqa: E402
 from korch.profile.timing import summarize  # noqa: E402
 from korch.select.measured import _weighted_median  # noqa: E402
-from korch.settings import OptimizeSettings  # noqa: E402
 
 MIN_PROFILE_S = 1e-4
 
@@ -54,32 +50,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("model")
     args = parser.parse_args()
-    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
-    ps, machine = settings.profile, machine_fingerprint()
-    fissioned = run_fission(args.model, None, cache_dir=args.cache)
-    graph = fissioned.graph
-    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
-    whole = len(graph.nodes)
-    cands = enumerate_all(graph, settings)
-    pools = profile_pools(graph, cands, settings)
-    universe = candidate_universe(cands, settings)
-    run_pools = {name: list(universe[name] if name in ps.guided_backends else pools[name]) for name in pools}
-    if "inductor" in run_pools:
-        run_pools["inductor"] = list({c.key: c for c in [*run_pools["inductor"],
-                                                          *largest_regions(cands, settings)]}.values())
-    by_key = {c.key: c for c in cands.all}
-    with ProfileDB(args.cache / DB_FILENAME) as db:
-        truth = {}
-        for name, cs in run_pools.items():
-            stored = db.get_many(list({c.key for c in cs}), name, record_version(get_backend(name), ps),
-                                 args.threads, machine)
-            truth.update({(key, name): r for key, r in stored.items()})
-        boundaries = boundary_model(db, settings.backends, args.threads, machine, settings.calibration, ps.cold_cache)
-    whole_ort = next((truth.get((c.key, "onnxruntime")) for c in pools.get("onnxruntime", ()) if c.size == whole), None)
-    tolerance = settings.accuracy.tolerance(whole_ort.error if whole_ort is not None and whole_ort.error else 0.0)
-    usable = {pair: r.median_s for pair, r in truth.items() if accepted(r, tolerance) and r.median_s}
-    problem = SplitProblem(graph, run_pools, lambda p, c, v: boundaries.cost(p, c, graph.types[v]), boundaries.start,
-                           settings.selection.solver_time_limit_s)
+    ex = load(args.cache, args.model, args.threads)
+    graph, source, usable, problem, whole = ex.graph, ex.source, ex.usable, ex.problem, ex.whole
+    settings, machine, ps = ex.settings, ex.machine, ex.settings.profile
+    by_key = {c.key: c for c in ex.cands.all}
     best = problem.solve(usable, {}, {})
     chosen = sorted({problem.pairs[o.key] for o in best.chosen})
     wholes = sorted(pair for pair in usable if by_key[pair[0]].size == whole
