@@ -156,6 +156,12 @@ class SelectionSettings:
     contender_factor: float = 1.25
     # Rounds of the side-by-side comparison (0: none), each running every contender as `korch bench` does.
     duel_rounds: int = 15
+    # An engine's whole model replaces the champion whole model (the cheaper by profile) only if it
+    # runs in at most this fraction of its time, side by side. Between two identical contenders, 18
+    # duels of 124 called a 2% win (benchmarks/duel_noise.py). segformer-b0 kept Inductor's whole
+    # model after duels won by 4% and by 1% over OpenVINO's, whose profile was 12% faster, and ran at
+    # 0.73x the best peer in the bench (BENCHMARKS.md): this margin stops the second, not the first.
+    switch_margin: float = 0.98
     solver_time_limit_s: float = 60.0
     # In-plan costs (korch/select/measured.py): the split plan runs `refine_runs` times with each kernel
     # timed, those times replace the kernels' profiles, and the BLP is solved again, until it chooses

@@ -635,8 +635,10 @@ def test_whole_model_kernels_of_each_engine_meet_in_duels_two_at_a_time(tmp_path
     sel = stats.selection
     met = {name for d in sel.duels for name in (d.first, d.second)}
     assert {"onnxruntime", "inductor", "openvino"} <= met, sel.duels
-    assert len(alive_in_duels) == len(sel.duels) >= 2 and max(alive_in_duels) <= 2, alive_in_duels
-    margin = settings.selection.multi_kernel_margin
+    # every side-by-side timing (the duels, and the split plan beside the probe, measured.py
+    # `at_profiles_speed`) holds two plans alive, no more
+    assert len(alive_in_duels) >= len(sel.duels) >= 2 and max(alive_in_duels) <= 2, alive_in_duels
+    margin, switch = settings.selection.multi_kernel_margin, settings.selection.switch_margin
     for d, nxt in zip(sel.duels, sel.duels[1:]):
         assert d.winner in (nxt.first, nxt.second)
     for d in sel.duels:          # the rounds' ratio decides (measured.py `_duel`), not the two medians
@@ -645,8 +647,10 @@ def test_whole_model_kernels_of_each_engine_meet_in_duels_two_at_a_time(tmp_path
             assert d.ratio_of(SPLIT) <= margin
         elif d.loser == SPLIT:
             assert d.ratio_of(SPLIT) > margin
+        elif d.winner == d.second:                   # a whole model replaced the champion by the margin
+            assert d.ratio_of(d.winner) <= switch
         else:
-            assert d.ratio_of(d.winner) <= 1.0
+            assert d.ratio_of(d.loser) > switch
     assert sel.kept == sel.duels[-1].winner and sel.measured_ms == sel.side_by_side_ms[sel.kept]
     if sel.kept != SPLIT:
         assert len(plan.steps) == 1 and plan.steps[0].backend == sel.kept

@@ -90,7 +90,7 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v13-speed-probe"
+PROCEDURE = "measured-selection-v14-switch-margin"
 SPLIT = "split"
 # In-plan costs are keyed "candidate key|backend"; this entry holds the start cost of a kernel not
 # yet timed in a plan (_Context.costed), beyond its engine's calibrated kernel start, stored with them
@@ -99,6 +99,8 @@ START = "start|"
 # ... and this one the factor on its profile (_Context.untimed_cost): the solver chose kernels whose
 # profiles read low, so one not yet timed in a plan is expected to run above its profile in proportion.
 FACTOR = "factor|"
+# Rounds of the split plan side by side with the probe, for its time at the profiles' speed (a log line).
+PAIRED_ROUNDS = 5
 # Entries "excluded|<backend>|<primitive indices>" (at inf) name the (engine, primitives) pairs a cold run
 # excluded from split plans (_Context.exclude), so that a warm run excludes exactly what it did: a
 # kernel's cost key alone (inf) would also exclude its structural twins over other primitives.
@@ -358,6 +360,21 @@ class _Context:
                     return None
                 self._probe = _Probe(backend, plan, session, session.step_inputs(self.feeds), self.whole[backend].cost)
         return self._probe
+
+    def at_profiles_speed(self, session: Session, seconds: float) -> tuple[float, float, str] | None:
+        """A plan's time as it would run at the speed the machine had when the kernels were profiled:
+        the plan and the probe side by side (PAIRED_ROUNDS rounds), the median over rounds
+        of the plan's time over the probe's, times the probe's profile. Returns it, the machine's
+        slowdown that implies (`seconds`, the plan's own timing, over it), and the probe's engine;
+        None without a probe. Paired round by round, so a slow spell slows both sides alike (a probe
+        timed apart from the plan read 1.45x where the plan's kernels had read 1.10x a moment before)."""
+        probe = self.probe()
+        if probe is None or probe.profiled_s <= 0:
+            return None
+        fns = {"plan": lambda: session.run(None, self.feeds), "probe": lambda: probe.session.run(None, self.feeds)}
+        timings = side_by_side(fns, PAIRED_ROUNDS, 0.5 * (seconds + probe.profiled_s), warmup=1)
+        at_profiles = probe.profiled_s / paired_ratio(timings["plan"], timings["probe"])
+        return at_profiles, seconds / at_profiles, probe.backend
 
     def take_probe(self) -> _Probe | None:
         """The probe, if one was compiled, handed over once: this context keeps it no longer."""
@@ -719,9 +736,11 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
                      times.kernel_slowdown(), costs[FACTOR], costs[START] * 1e3)
             continue
         measured = ctx.time(session)
+        paired = ctx.at_profiles_speed(session, measured)
         log.info("split plan: %d kernels (%d costed by profile alone), predicted %.3f ms (%.3f ms boundaries), "
-                 "measured %.3f ms", len(plan.steps), fresh, predicted * 1e3, selection.boundary_s * 1e3,
-                 measured * 1e3)
+                 "measured %.3f ms%s", len(plan.steps), fresh, predicted * 1e3, selection.boundary_s * 1e3,
+                 measured * 1e3, "" if paired is None else f" ({paired[0] * 1e3:.3f} ms at the profiles' speed: "
+                 f"the machine at {paired[1]:.2f}x, side by side with {_who(paired[2])})")
         return _Timed(plan, session, predicted, measured, selection), round_ + 1, solve_s, used
     raise AssertionError("unreachable: the last round always returns")
 
@@ -780,7 +799,8 @@ class _Contender:
 
 def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
     """The two side by side, interleaved like `korch bench` (or, with comparison off, by their
-    estimates). A split plan beats an engine only by `multi_kernel_margin`. The verdict is the
+    estimates). A split plan beats an engine only by `multi_kernel_margin`, an engine's whole model
+    the champion whole model (cheaper by profile) only by `switch_margin`. The verdict is the
     median of the rounds' ratios, since both sides of one round share the machine's drift: between
     two identical contenders (benchmarks/duel_noise.py, 124 duels of 15 rounds) the medians called
     a 2% win in 28 duels, the rounds' ratios in 18."""
@@ -794,7 +814,7 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
             return 1.0 / b_over_a > s.multi_kernel_margin
     else:
         def wins(b_over_a: float) -> bool:
-            return b_over_a < 1.0             # the champion keeps its place on a tie
+            return b_over_a <= s.switch_margin   # the champion, the cheaper by profile, keeps its place on noise
     if s.duel_rounds > 0:
         fns = {c.name: (lambda sess=c.session: sess.run(None, ctx.feeds)) for c in (a, b)}
         one = 0.5 * (a.estimate_s + b.estimate_s)

@@ -69,6 +69,20 @@ def test_a_duel_is_decided_by_the_ratio_within_rounds_not_by_the_medians(split_f
     assert _duel(ctx, *((split, whole) if split_first else (whole, split))).winner == SPLIT  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("challenger_ms", "winner"), [(99.0, "openvino"), (98.0, "inductor"), (95.0, "inductor")])
+def test_a_whole_model_replaces_the_champion_whole_model_only_by_the_switch_margin(
+        challenger_ms: float, winner: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenVINO's whole model, the cheaper by profile, is the champion. Inductor's beats it round by
+    round by 1% (noise: the champion stays), by 2% (the margin) or by 5%."""
+    samples = {"openvino": [100.0] * 5, "inductor": [challenger_ms] * 5}
+    monkeypatch.setattr(measured, "side_by_side", lambda fns, *args, **kwargs: _timings(samples))
+    ctx = SimpleNamespace(settings=SETTINGS, feeds={})
+    champion = SimpleNamespace(name="openvino", session=None, estimate_s=0.1)
+    challenger = SimpleNamespace(name="inductor", session=None, estimate_s=0.12)
+    assert SETTINGS.selection.switch_margin == 0.98
+    assert _duel(ctx, champion, challenger).winner == winner          # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("split_ms", "expected"), [
     (None, ["onnxruntime", "openvino"]),           # no split plan timed: within 1.25x of the cheapest profile
     (25.0, ["onnxruntime", "openvino"]),           # a split plan a little faster: the same
