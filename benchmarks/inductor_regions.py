@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exhaustive_cache import load  # noqa: E402  (benchmarks/exhaustive_cache.py)
+from exhaustive_cache import Exhaustive, load  # noqa: E402  (benchmarks/exhaustive_cache.py)
 
 from korch.costmodel.features import FEATURES_VERSION  # noqa: E402
 from korch.costmodel.model import CostModel, MachinePeaks, train  # noqa: E402
@@ -42,15 +42,14 @@ def main() -> None:
     ex = load(args.cache, args.model, args.threads)
     if "inductor" not in ex.pools:
         raise SystemExit("inductor is not among the backends")
-    graph, cands, regions, usable, problem, whole = ex.graph, ex.cands, ex.regions, ex.usable, ex.problem, ex.whole
-    settings, machine, run_pools = ex.settings, ex.machine, ex.pools
+    regions, usable, problem, whole = ex.regions, ex.usable, ex.problem, ex.whole
     wholes = ex.whole_models()
     print(f"{args.model}: whole models " + ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(wholes.items())))
     for r in regions:
         t = usable.get((r.key, "inductor"))
         print(f"  inductor region of {r.size}/{whole} primitives: " + (f"{t * 1e3:.2f} ms" if t else "not usable"))
     best = problem.solve(usable, {}, {})
-    size = {c.key: c.size for c in cands.all}
+    size = {c.key: c.size for c in ex.cands.all}
     used = sorted(size.get(problem.pairs[o.key][0], 0) for o in best.chosen if o.engine == "inductor")
     print(f"split optimum {best.cost * 1e3:.3f} ms; its inductor kernels (primitives each): {used or 'none'}")
     others = [r.key for r in regions if r.size != whole]             # largest first
@@ -67,12 +66,13 @@ def main() -> None:
             print(f"  {label}: no split plan ({e})")
     if args.guide:
         peaks = MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9)
-        replay_guide(graph, run_pools, regions, usable, problem, best.cost, min(wholes.values()), settings, machine, peaks, args.train_on)
+        replay_guide(ex, best.cost, min(wholes.values()), peaks, args.train_on)
 
 
-def replay_guide(graph, run_pools, regions, usable, problem, best, bar, settings, machine, peaks, train_on) -> None:
-    """Module doc, `--guide`."""
-    whole = len(graph.nodes)
+def replay_guide(ex: Exhaustive, best: float, bar: float, peaks: MachinePeaks, train_on: list[Path] | None) -> None:
+    """Module doc, `--guide`: `best` is the split optimum with every region profiled, `bar` the best
+    whole model."""
+    graph, usable, problem, settings, machine, whole = ex.graph, ex.usable, ex.problem, ex.settings, ex.machine, ex.whole
     model = CostModel("inductor", machine, peaks)
     if train_on:
         rows = []
@@ -83,11 +83,11 @@ def replay_guide(graph, run_pools, regions, usable, problem, best, bar, settings
     how = (f"learned from {model.trained_rows} kernels" if model.booster is not None else
            f"its prior alone: {model.trained_rows} kernels to learn from, too few" if train_on else "its prior alone")
     models = {"inductor": model}
-    scale = _whole_scale(graph, run_pools, models, usable, settings).get("inductor")
+    scale = _whole_scale(graph, ex.pools, models, usable, settings).get("inductor")
     if scale is None:
         print("guided regions: Inductor's whole model is not usable: no scale")
         return
-    others = [r for r in regions if r.size != whole and (r.key, "inductor") in usable]
+    others = [r for r in ex.regions if r.size != whole and (r.key, "inductor") in usable]
     pending = {(r.key, "inductor"): r for r in others}
     predicted = _predicted_costs(graph, pending, models, settings)
     optimism = settings.profile.guide_optimism

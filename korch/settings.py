@@ -174,6 +174,9 @@ class SelectionSettings:
     # weighted 1.19-1.91x their profiles relative to the whole models, single kernels up to 2.05x
     # (p90; benchmarks/winners_curse.py, BENCHMARKS.md).
     luck_max: float = 2.0
+    # The final split plan is also timed side by side with that whole model for this many rounds, to
+    # give its time at the profiles' speed beside its prediction (the log; 0: not timed).
+    paired_rounds: int = 5
     # A split plan that fails the accuracy check, though each of its kernels passed alone (their errors
     # add up): up to this many times, its kernels farthest from the reference, given the reference's
     # inputs, are excluded and the BLP solved again (0: the split plan is dropped at once). Excluded:

@@ -83,7 +83,7 @@ from korch.runtime import Session, compile_plan
 from korch.runtime.session import compile_step
 from korch.select.blp import Option, Selection, SelectionError, solve
 from korch.select.coschedule import ScheduleStats, coschedule
-from korch.settings import OptimizeSettings
+from korch.settings import OptimizeSettings, SelectionSettings
 from korch.verify import PlanCheck, PlanChecker, diff_outputs, random_feeds
 
 log = logging.getLogger("korch.select")
@@ -99,8 +99,6 @@ START = "start|"
 # ... and this one the factor on its profile (_Context.untimed_cost): the solver chose kernels whose
 # profiles read low, so one not yet timed in a plan is expected to run above its profile in proportion.
 FACTOR = "factor|"
-# Rounds of the split plan side by side with the probe, for its time at the profiles' speed (a log line).
-PAIRED_ROUNDS = 5
 # Entries "excluded|<backend>|<primitive indices>" (at inf) name the (engine, primitives) pairs a cold run
 # excluded from split plans (_Context.exclude), so that a warm run excludes exactly what it did: a
 # kernel's cost key alone (inf) would also exclude its structural twins over other primitives.
@@ -207,7 +205,7 @@ class InPlanTimes:
     profiled: tuple[float, ...]           # each step's profile
     probe: tuple[float, ...] = ()         # per round: the probe alone
     probe_profiled: float = 0.0           # the probe's profile
-    luck_max: float = 2.0
+    luck_max: float = SelectionSettings.luck_max
 
     def kernel_slowdowns(self) -> list[float]:
         """Per round, the median of the steps' alone times over their profiles, each step weighted by
@@ -363,16 +361,17 @@ class _Context:
 
     def at_profiles_speed(self, session: Session, seconds: float) -> tuple[float, float, str] | None:
         """A plan's time as it would run at the speed the machine had when the kernels were profiled:
-        the plan and the probe side by side (PAIRED_ROUNDS rounds), the median over rounds
+        the plan and the probe side by side (`paired_rounds` rounds), the median over rounds
         of the plan's time over the probe's, times the probe's profile. Returns it, the machine's
         slowdown that implies (`seconds`, the plan's own timing, over it), and the probe's engine;
-        None without a probe. Paired round by round, so a slow spell slows both sides alike (a probe
+        None without a probe or with side-by-side timing off (`duel_rounds` 0). Paired round by round, so a slow spell slows both sides alike (a probe
         timed apart from the plan read 1.45x where the plan's kernels had read 1.10x a moment before)."""
-        probe = self.probe()
+        s = self.settings.selection
+        probe = self.probe() if s.duel_rounds > 0 and s.paired_rounds > 0 else None
         if probe is None or probe.profiled_s <= 0:
             return None
         fns = {"plan": lambda: session.run(None, self.feeds), "probe": lambda: probe.session.run(None, self.feeds)}
-        timings = side_by_side(fns, PAIRED_ROUNDS, 0.5 * (seconds + probe.profiled_s), warmup=1)
+        timings = side_by_side(fns, s.paired_rounds, 0.5 * (seconds + probe.profiled_s), warmup=1)
         at_profiles = probe.profiled_s / paired_ratio(timings["plan"], timings["probe"])
         return at_profiles, seconds / at_profiles, probe.backend
 
@@ -861,14 +860,14 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         contender if it passes."""
         nonlocal probe
         tried.add(backend)
-        _, selection = ctx.whole_model(backend)
+        plan, selection = ctx.whole_model(backend)
         if probe is not None and probe.backend == backend:
             plan, session, probe = probe.plan, probe.session, None
         else:
             if probe is not None:                # its weights go before another whole model's come
                 probe = None
                 release_freed_heap()
-            plan = ctx.stored(ctx.whole_model(backend)[0])
+            plan = ctx.stored(plan)
             try:
                 session = compile_plan(plan)
             except Exception as e:  # it compiled when profiled; a failure now only removes a contender
