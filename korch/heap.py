@@ -1,17 +1,45 @@
-"""Giving the C heap's freed memory back to the OS, where korch makes and drops large transient
-copies (compiles, loads, duels)."""
+"""The C heap under korch's kernels: large blocks kept for reuse while plans run, and freed memory
+given back to the OS where korch makes and drops large transient copies (compiles, loads, duels).
+
+glibc serves a block above its mmap threshold with fresh pages and unmaps them when it is freed, so
+every call that allocates such a block again pays a page fault per 4 KiB and the zeroing of each page.
+The threshold starts at 128 KiB and rises only as the process frees larger mapped blocks, so the same
+kernel runs at different speeds in different processes: segformer-b0's Inductor whole model, loaded
+from its saved plan in a fresh process, took 24,500 minor faults a call and ran at 254-279 ms; in a
+process that had compiled it first (raising the threshold), or with the thresholds below set, 0 faults
+and 205-226 ms (2 threads, 2026-11-28, benchmarks/heap_faults.py). Selection had timed it in the
+optimizing process at the faster speed, kept it over OpenVINO's, and the user's process ran it at 0.73x
+the best peer. `keep_freed_blocks` fixes both thresholds for the process, so the profiler, selection
+and every plan's user run kernels alike; onnxruntime's and OpenVINO's own arenas did this for their
+own buffers already, not for the arrays they return.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import logging
+import os
+
+log = logging.getLogger("korch.heap")
+
+# Blocks up to this size come from the heap and go back to it (glibc's M_MMAP_THRESHOLD), and free
+# memory at the heap's top is kept up to this much (M_TRIM_THRESHOLD). segformer-b0's decoder makes
+# 64 MiB tensors: at a 32 or 64 MiB threshold its Inductor kernel still took 16,400 faults a call.
+# Memory korch frees in bulk is still given back explicitly (release_freed_heap).
+KEEP_BLOCKS_BYTES = 1 << 30
+# Set to 0 to leave the process's malloc settings as they are (an application that tunes its own).
+ENV_SWITCH = "KORCH_KEEP_FREED_BLOCKS"
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
 
 
 @functools.cache
-def _malloc_trim():
+def _libc():
     try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):        # not glibc: nothing to do
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:        # not glibc: nothing to do
         return None
 
 
@@ -23,6 +51,22 @@ def release_freed_heap() -> None:
     on its OpenVINO whole model 195 -> 188 (2 threads, 2026-11-25). Loading a saved Inductor kernel
     reads each weight it packs again and drops it once packed (vit-b16: 705 -> 600 MB trimming after
     each, 2026-11-26)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def keep_freed_blocks() -> str:
+    """Fix glibc's mmap and trim thresholds at KEEP_BLOCKS_BYTES for this process (module doc), once.
+    Returns the policy in effect, a part of profile keys: "kept" or "system" (not glibc, or turned
+    off by KORCH_KEEP_FREED_BLOCKS=0)."""
+    libc = _libc()
+    if libc is None or os.environ.get(ENV_SWITCH, "1") == "0":
+        return "system"
+    ok = (libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(KEEP_BLOCKS_BYTES))
+          and libc.mallopt(_M_TRIM_THRESHOLD, ctypes.c_int(KEEP_BLOCKS_BYTES)))
+    if not ok:
+        log.warning("glibc refused mallopt: large blocks are mapped and unmapped on every call")
+        return "system"
+    return "kept"

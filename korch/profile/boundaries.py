@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from korch.backends import get_backend
+from korch.heap import keep_freed_blocks
 from korch.ir.types import TensorType
 
 if TYPE_CHECKING:
@@ -132,7 +133,8 @@ class BoundaryModel:
 def versions(engines: Iterable[str], cold_cache: bool = False) -> str:
     """What a stored calibration is keyed by besides machine and threads."""
     timing = "cold-cache" if cold_cache else "hot"
-    return "|".join([PROCEDURE, timing] + [f"{e}={get_backend(e).version}" for e in sorted(engines)])
+    heap = f"heap-{keep_freed_blocks()}"        # sets the policy the boundaries are then timed under
+    return "|".join([PROCEDURE, timing, heap] + [f"{e}={get_backend(e).version}" for e in sorted(engines)])
 
 
 def chain_model(layout: str, blocks: int, side: int, seed: int = 0) -> onnx.ModelProto:

@@ -30,7 +30,7 @@ from korch.backends import Backend, CompileOptions, Kernel, get_backend
 from korch.backends.placement import pinned, placement
 from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model, region_model_sharing
-from korch.heap import release_freed_heap
+from korch.heap import keep_freed_blocks, release_freed_heap
 from korch.ir.graph import Graph
 from korch.profile.ahead import Ahead, AheadJob, compile_ahead, constant_bytes, scratch_directory
 from korch.profile.database import ProfileDB, Record, Rejection, Status
@@ -591,5 +591,7 @@ def _load(backend: Backend, saved: Path, graph: Graph, options: CompileOptions) 
 
 def record_version(backend: Backend, settings: ProfileSettings) -> str:
     """What profile records are keyed by besides candidate, threads and machine: the backend's
-    versions and how kernels were timed (ProfileSettings.cold_cache)."""
-    return f"{backend.version}|{'cold-cache' if settings.cold_cache else 'hot'}"
+    versions and how kernels were timed (ProfileSettings.cold_cache, and the C heap's policy: a kernel
+    whose large blocks are mapped afresh every call runs up to 1.25x slower, korch/heap.py). Asking
+    sets that policy for the process, so kernels are timed under the policy their records name."""
+    return f"{backend.version}|{'cold-cache' if settings.cold_cache else 'hot'}|heap-{keep_freed_blocks()}"

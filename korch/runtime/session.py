@@ -24,7 +24,7 @@ import numpy as np
 from korch.backends import CompileOptions, Kernel, get_backend
 from korch.backends.placement import Placement, pinned, placement
 from korch.errors import ExitCode, KorchError, UsageError
-from korch.heap import release_freed_heap
+from korch.heap import keep_freed_blocks, release_freed_heap
 from korch.ir.types import TensorType
 from korch.plan import Plan, PlanError, Step, load_plan
 from korch.plan.plan import step_graph, step_onnx_nodes
@@ -103,6 +103,7 @@ def compile_step(plan: Plan, step: Step, threads: int | None = None) -> Kernel:
 
 
 def compile_plan(plan: Plan) -> Session:
+    keep_freed_blocks()          # the C heap's policy its kernels were profiled under (korch/heap.py)
     kernels = []
     for step, threads in zip(plan.steps, plan.step_threads()):
         kernels.append(compile_step(plan, step, threads))
