@@ -156,6 +156,12 @@ class SelectionSettings:
     contender_factor: float = 1.25
     # Rounds of the side-by-side comparison (0: none), each running every contender as `korch bench` does.
     duel_rounds: int = 15
+    # Each contender's turn in a round times calls for at least this long (one call of a model slower
+    # than it), after the 60 ms settling pause. One timed call per turn left a 15-20 ms model's verdict
+    # to one call's noise: onnxruntime against OpenVINO on efficientvit-b1, the paired ratio's sd
+    # over 8 duels was 0.078 with one call per turn, 0.037 with four (1.5x the duel's time); between
+    # identical contenders 0.033 against 0.014 (benchmarks/duel_round_length.py, BENCHMARKS.md).
+    duel_round_seconds: float = 0.06
     # An engine's whole model replaces the champion whole model (the cheaper by profile) only if it
     # runs in at most this fraction of its time, side by side. Between two identical contenders, 18
     # duels of 124 called a 2% win (benchmarks/duel_noise.py). segformer-b0 kept Inductor's whole
@@ -259,4 +265,4 @@ class OptimizeSettings:
 QUICK_PROFILE = ProfileSettings(warmup=1, repeats=2, min_seconds=0.0, cold_cache=False, whole_model_max_seconds=None)
 QUICK_CALIBRATION = CalibrationSettings(sides=(16,), blocks=3, rounds=2, start_rounds=5, start_side=96)
 QUICK_SELECTION = SelectionSettings(plan_warmup=1, plan_repeats=2, plan_min_seconds=0.0, duel_rounds=3,
-                                    refine_rounds=2, refine_runs=2)
+                                    duel_round_seconds=0.002, refine_rounds=2, refine_runs=2)

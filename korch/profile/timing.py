@@ -218,11 +218,12 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
 
 def side_by_side(fns: Mapping[str, Callable[[], object]], rounds: int, one_call_s: float, *,
                  warmup: int = DEFAULT_WARMUP,
-                 decided: Callable[[Mapping[str, Sequence[float]]], bool] | None = None) -> dict[str, Timing]:
+                 decided: Callable[[Mapping[str, Sequence[float]]], bool] | None = None,
+                 round_s: float = MIN_ROUND_SECONDS) -> dict[str, Timing]:
     """`interleaved` with the settings that make whole systems comparable on a busy machine: enough
-    calls per round for MIN_ROUND_SECONDS (given the time of one call), a settling pause and a
-    warm-up call before each turn."""
-    per_round = max(1, int(MIN_ROUND_SECONDS / max(one_call_s, 1e-9)))
+    calls per round for `round_s` (given the time of one call), a settling pause and a warm-up call
+    before each turn."""
+    per_round = max(1, int(round_s / max(one_call_s, 1e-9)))
     return interleaved(fns, rounds, warmup=warmup, calls_per_round=per_round, settle_s=SETTLE_SECONDS,
                        turn_warmup=TURN_WARMUP, decided=decided)
 

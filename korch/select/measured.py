@@ -90,7 +90,7 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v14-switch-margin"
+PROCEDURE = "measured-selection-v15-duel-round-seconds"
 SPLIT = "split"
 # In-plan costs are keyed "candidate key|backend"; this entry holds the start cost of a kernel not
 # yet timed in a plan (_Context.costed), beyond its engine's calibrated kernel start, stored with them
@@ -371,7 +371,8 @@ class _Context:
         if probe is None or probe.profiled_s <= 0:
             return None
         fns = {"plan": lambda: session.run(None, self.feeds), "probe": lambda: probe.session.run(None, self.feeds)}
-        timings = side_by_side(fns, s.paired_rounds, 0.5 * (seconds + probe.profiled_s), warmup=1)
+        timings = side_by_side(fns, s.paired_rounds, 0.5 * (seconds + probe.profiled_s), warmup=1,
+                               round_s=s.duel_round_seconds)
         at_profiles = probe.profiled_s / paired_ratio(timings["plan"], timings["probe"])
         return at_profiles, seconds / at_profiles, probe.backend
 
@@ -818,7 +819,7 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
         fns = {c.name: (lambda sess=c.session: sess.run(None, ctx.feeds)) for c in (a, b)}
         one = 0.5 * (a.estimate_s + b.estimate_s)
         # Rounds stop once the verdict is settled: segformer-b0's three duels took 39 s of 15 rounds each.
-        timings = side_by_side(fns, s.duel_rounds, one, warmup=1,
+        timings = side_by_side(fns, s.duel_rounds, one, warmup=1, round_s=s.duel_round_seconds,
                                decided=median_ratio_decided(a.name, b.name, s.duel_rounds, wins))
         t = {k: v.median_s for k, v in timings.items()}
         b_over_a = paired_ratio(timings[a.name], timings[b.name])

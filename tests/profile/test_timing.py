@@ -7,7 +7,16 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from korch.profile.timing import Timing, interleaved, measure, median_ratio_decided, paired_ratio, summarize
+from korch.profile.timing import (
+    TURN_WARMUP,
+    Timing,
+    interleaved,
+    measure,
+    median_ratio_decided,
+    paired_ratio,
+    side_by_side,
+    summarize,
+)
 
 # Fake-clock results are exact up to float rounding of ns -> s conversions.
 REL = 1e-9
@@ -187,6 +196,23 @@ def test_a_duel_stopped_once_decided_gives_the_verdict_of_all_its_rounds(rounds:
     stopped = interleaved(clear, rounds, warmup=0, clock=clock, decided=median_ratio_decided("a", "b", rounds,
                                                                                               lambda r: r < 1.0))
     assert stopped["b"].runs == rounds // 2 + 1
+
+
+@pytest.mark.parametrize(("round_s", "timed_per_turn"), [(None, 1), (0.04, 4), (0.001, 1)])
+def test_side_by_side_times_calls_for_round_s_per_turn(round_s: float | None, timed_per_turn: int) -> None:
+    """Each turn times as many calls of a 10 ms system as fill `round_s` (at least one), after its
+    untimed warm-up call; by default a round is MIN_ROUND_SECONDS, one call of such a system."""
+    calls = {"a": 0, "b": 0}
+
+    def count(name: str) -> Callable[[], None]:
+        def run() -> None:
+            calls[name] += 1
+        return run
+
+    extra = {} if round_s is None else {"round_s": round_s}
+    timings = side_by_side({n: count(n) for n in calls}, 2, 0.01, warmup=0, **extra)
+    assert calls == {n: 2 * (TURN_WARMUP + timed_per_turn) for n in calls}
+    assert all(t.runs == 2 for t in timings.values())
 
 
 def test_interleaved_needs_callables_and_rounds() -> None:
