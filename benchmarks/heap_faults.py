@@ -1,13 +1,14 @@
 """A saved plan in a fresh process, with glibc's malloc thresholds as they start and as korch sets them.
 
-    python benchmarks/heap_faults.py PLAN_DIR [PLAN_DIR ...] [--pairs 3] [--calls 15]
+    python benchmarks/heap_faults.py PLAN_DIR [PLAN_DIR ...] [--pairs 3] [--calls 15] [--thresholds-mib 32,64]
 
 Each plan is loaded in fresh processes, alternately with KORCH_KEEP_FREED_BLOCKS=0 (glibc's dynamic
 mmap threshold, as a process that never freed a large block has it) and =1 (korch/heap.py
 `keep_freed_blocks`, the default), `--pairs` times each. Every process times `--calls` calls of the
 plan, each after a 60 ms pause and one untimed call (selection's turn), and counts the minor page
 faults of five further calls. Printed per plan and policy: the median over processes of the calls'
-median ms, and the faults per call.
+median ms, and the faults per call. `--thresholds-mib`: also processes whose mmap threshold is fixed
+at each size given (and the trim threshold at 1 GiB), korch's policy off, to show what size it needs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def child(plan_dir: str, calls: int) -> dict:
+def child(plan_dir: str, calls: int, threshold_mib: int) -> dict:
+    if threshold_mib:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, ctypes.c_int(threshold_mib << 20))     # M_MMAP_THRESHOLD
+        libc.mallopt(-1, ctypes.c_int(1 << 30))                 # M_TRIM_THRESHOLD
     import korch
     from korch.heap import keep_freed_blocks
     from korch.plan.plan import load_plan
@@ -45,7 +52,8 @@ def child(plan_dir: str, calls: int) -> dict:
     for _ in range(5):
         session.run(None, feeds)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 5
-    return {"policy": keep_freed_blocks(), "ms": statistics.median(samples) * 1e3, "faults": faults}
+    policy = f"mmap threshold {threshold_mib} MiB" if threshold_mib else keep_freed_blocks()
+    return {"policy": policy, "ms": statistics.median(samples) * 1e3, "faults": faults}
 
 
 def main() -> int:
@@ -53,22 +61,25 @@ def main() -> int:
     parser.add_argument("plans", nargs="+")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--calls", type=int, default=15)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--thresholds-mib", default="")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(args.plans[0], args.calls)))
+    if args.child is not None:
+        print(json.dumps(child(args.plans[0], args.calls, args.child)))
         return 0
     print("| plan | policy | ms, median over processes (each) | minor faults per call |")
     print("|---|---|---|---:|")
     for plan in args.plans:
-        runs: dict[str, list[dict]] = {"0": [], "1": []}
+        sizes = [int(x) for x in args.thresholds_mib.split(",") if x]
+        kinds = [("0", 0), ("1", 0)] + [("0", mib) for mib in sizes]
+        runs: dict[tuple[str, int], list[dict]] = {k: [] for k in kinds}
         for _ in range(args.pairs):
-            for switch in ("0", "1"):
-                done = subprocess.run([sys.executable, __file__, plan, "--calls", str(args.calls), "--child"],
+            for switch, mib in kinds:
+                done = subprocess.run([sys.executable, __file__, plan, "--calls", str(args.calls), "--child", str(mib)],
                                       capture_output=True, text=True, check=True,
                                       env={**os.environ, "KORCH_KEEP_FREED_BLOCKS": switch})
-                runs[switch].append(json.loads(done.stdout.strip().splitlines()[-1]))
-        for switch, rs in runs.items():
+                runs[switch, mib].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        for rs in runs.values():
             each = ", ".join(f"{r['ms']:.1f}" for r in rs)
             print(f"| {Path(plan).parent.name}/{Path(plan).name} | {rs[0]['policy']} | "
                   f"{statistics.median(r['ms'] for r in rs):.1f} ({each}) | "

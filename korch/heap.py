@@ -3,13 +3,13 @@ given back to the OS where korch makes and drops large transient copies (compile
 
 glibc serves a block above its mmap threshold with fresh pages and unmaps them when it is freed, so
 every call that allocates such a block again pays a page fault per 4 KiB and the zeroing of each page.
-The threshold starts at 128 KiB and rises only as the process frees larger mapped blocks, so the same
-kernel runs at different speeds in different processes: segformer-b0's Inductor whole model, loaded
-from its saved plan in a fresh process, took 24,500 minor faults a call and ran at 254-279 ms; in a
-process that had compiled it first (raising the threshold), or with the thresholds below set, 0 faults
-and 205-226 ms (2 threads, 2026-11-28, benchmarks/heap_faults.py). Selection had timed it in the
-optimizing process at the faster speed, kept it over OpenVINO's, and the user's process ran it at 0.73x
-the best peer. `keep_freed_blocks` fixes both thresholds for the process, so the profiler, selection
+The threshold starts at 128 KiB and rises only as the process frees larger mapped blocks (up to
+32 MiB), so the same kernel runs at different speeds in different processes: segformer-b0's Inductor
+whole model, loaded from its saved plan in fresh processes, took 26,183 minor faults a call and ran at
+255.6 ms; with the thresholds below set, 0 faults and 214.8 ms (medians of three processes, 2 threads,
+2026-11-28, benchmarks/heap_faults.py). The optimizing process, whose compiles had freed large blocks,
+had timed it at 200 ms in selection's duel, kept it over OpenVINO's, and the user's process ran it at
+0.73x the best peer. `keep_freed_blocks` fixes both thresholds for the process, so the profiler, selection
 and every plan's user run kernels alike; onnxruntime's and OpenVINO's own arenas did this for their
 own buffers already, not for the arrays they return.
 """
@@ -25,7 +25,8 @@ log = logging.getLogger("korch.heap")
 
 # Blocks up to this size come from the heap and go back to it (glibc's M_MMAP_THRESHOLD), and free
 # memory at the heap's top is kept up to this much (M_TRIM_THRESHOLD). segformer-b0's decoder makes
-# 64 MiB tensors: at a 32 or 64 MiB threshold its Inductor kernel still took 16,400 faults a call.
+# 64 MiB tensors: at a 32 or 64 MiB threshold its Inductor kernel still took 16,385 faults a call
+# (benchmarks/heap_faults.py --thresholds-mib 32,64).
 # Memory korch frees in bulk is still given back explicitly (release_freed_heap).
 KEEP_BLOCKS_BYTES = 1 << 30
 # Set to 0 to leave the process's malloc settings as they are (an application that tunes its own).
