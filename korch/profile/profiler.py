@@ -592,6 +592,6 @@ def _load(backend: Backend, saved: Path, graph: Graph, options: CompileOptions) 
 def record_version(backend: Backend, settings: ProfileSettings) -> str:
     """What profile records are keyed by besides candidate, threads and machine: the backend's
     versions and how kernels were timed (ProfileSettings.cold_cache, and the C heap's policy: a kernel
-    whose large blocks are mapped afresh every call runs up to 1.25x slower, korch/heap.py). Asking
+    whose large blocks are mapped afresh every call ran 1.19x slower, korch/heap.py). Asking
     sets that policy for the process, so kernels are timed under the policy their records name."""
     return f"{backend.version}|{'cold-cache' if settings.cold_cache else 'hot'}|heap-{keep_freed_blocks()}"
