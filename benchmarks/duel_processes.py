@@ -10,9 +10,9 @@ efficientvit-b1 the duel between onnxruntime and OpenVINO went onnxruntime's way
 sources of such a flip: each of `--processes` fresh processes builds both engines (the order of
 building alternating from process to process) and runs `--duels` duels of `--rounds` rounds each,
 all rounds, no early stop (`side_by_side`, as selection's duels). A and B: onnxruntime, openvino,
-or plan:DIR, a plan `korch optimize` saved (e.g. one engine's whole model). Printed: every duel's paired ratio
-(second engine's time over the first's, round by round), then the spread of the ratios within a
-process against the spread of the processes' medians.
+or plan:DIR, a plan `korch optimize` saved (e.g. one engine's whole model). Printed: every duel's
+paired ratio (second engine's time over the first's, round by round), then the spread of the ratios
+within a process against the spread of the processes' medians.
 """
 
 from __future__ import annotations
@@ -34,12 +34,10 @@ def _contender(engine: str, model: Path, threads: int):
     as its users load it (its thread count is the plan's)."""
     if engine.startswith("plan:"):
         import korch
-        from korch.plan.plan import load_plan
-        from korch.profile.database import machine_fingerprint
         from korch.verify import random_feeds
 
         session = korch.load(engine[5:])
-        feeds = random_feeds(load_plan(engine[5:], korch.__version__, machine_fingerprint()).graph, 7)
+        feeds = random_feeds(session.plan.graph, 7)
         return lambda: session.run(None, feeds)
     from duel_noise import contender
 

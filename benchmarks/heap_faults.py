@@ -27,20 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def child(plan_dir: str, calls: int, threshold_mib: int) -> dict:
-    if threshold_mib:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, ctypes.c_int(threshold_mib << 20))     # M_MMAP_THRESHOLD
-        libc.mallopt(-1, ctypes.c_int(1 << 30))                 # M_TRIM_THRESHOLD
     import korch
-    from korch.heap import keep_freed_blocks
-    from korch.plan.plan import load_plan
-    from korch.profile.database import machine_fingerprint
+    from korch.heap import KEEP_BLOCKS_BYTES, keep_freed_blocks, set_thresholds
     from korch.verify import random_feeds
 
+    if threshold_mib and not set_thresholds(threshold_mib << 20, KEEP_BLOCKS_BYTES):
+        raise SystemExit("glibc refused mallopt")
     session = korch.load(plan_dir)
-    feeds = random_feeds(load_plan(plan_dir, korch.__version__, machine_fingerprint()).graph, 7)
+    feeds = random_feeds(session.plan.graph, 7)
     samples = []
     for _ in range(calls):
         time.sleep(0.06)

@@ -62,12 +62,17 @@ def keep_freed_blocks() -> str:
     """Fix glibc's mmap and trim thresholds at KEEP_BLOCKS_BYTES for this process (module doc), once.
     Returns the policy in effect, a part of profile keys: "kept" or "system" (not glibc, or turned
     off by KORCH_KEEP_FREED_BLOCKS=0)."""
-    libc = _libc()
-    if libc is None or os.environ.get(ENV_SWITCH, "1") == "0":
+    if os.environ.get(ENV_SWITCH, "1") == "0":
         return "system"
-    ok = (libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(KEEP_BLOCKS_BYTES))
-          and libc.mallopt(_M_TRIM_THRESHOLD, ctypes.c_int(KEEP_BLOCKS_BYTES)))
-    if not ok:
+    if not set_thresholds(KEEP_BLOCKS_BYTES, KEEP_BLOCKS_BYTES):
         log.warning("glibc refused mallopt: large blocks are mapped and unmapped on every call")
         return "system"
     return "kept"
+
+
+def set_thresholds(mmap_bytes: int, trim_bytes: int) -> bool:
+    """Set glibc's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD (which ends its dynamic threshold for good);
+    False where there is no glibc or it refuses. keep_freed_blocks is korch's use; benchmarks try others."""
+    libc = _libc()
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(mmap_bytes))
+                                     and libc.mallopt(_M_TRIM_THRESHOLD, ctypes.c_int(trim_bytes)))

@@ -364,8 +364,9 @@ class _Context:
         the plan and the probe side by side (`paired_rounds` rounds), the median over rounds
         of the plan's time over the probe's, times the probe's profile. Returns it, the machine's
         slowdown that implies (`seconds`, the plan's own timing, over it), and the probe's engine;
-        None without a probe or with side-by-side timing off (`duel_rounds` 0). Paired round by round, so a slow spell slows both sides alike (a probe
-        timed apart from the plan read 1.45x where the plan's kernels had read 1.10x a moment before)."""
+        None without a probe or with side-by-side timing off (`duel_rounds` 0). Paired round by round,
+        so a slow spell slows both sides alike (a probe timed apart from the plan read 1.45x where the
+        plan's kernels had read 1.10x a moment before)."""
         s = self.settings.selection
         probe = self.probe() if s.duel_rounds > 0 and s.paired_rounds > 0 else None
         if probe is None or probe.profiled_s <= 0:
