@@ -29,7 +29,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from korch.backends.base import CompileOptions, Kernel, writable_alias
-from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, Prim, unsupported_reason
+from korch.backends.inductor.attention import find_attention
+from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, Prim, attention, unsupported_reason
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.ir.types import DType
@@ -66,8 +67,7 @@ class CandidateModule(torch.nn.Module):
             shared = writable_alias(array) if array.flags.c_contiguous else np.array(array, copy=True)
             self.register_buffer(buffer, torch.from_numpy(shared).to(device))
             self.constant_buffers.append((name, buffer))
-        self.steps = [Step(LOWERINGS[n.op], Prim.of(n, graph), n.inputs, n.output,
-                           TORCH_DTYPES[graph.types[n.output].dtype]) for n in graph.nodes]
+        self.steps = lowered_steps(graph)
         self.output_names = graph.outputs
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -79,6 +79,27 @@ class CandidateModule(torch.nn.Module):
             env[step.output] = y if y.dtype == step.dtype else y.to(step.dtype)
         # A view output (transpose, expand, slice) becomes a contiguous buffer written by the fused kernel.
         return tuple(env[name].contiguous() for name in self.output_names)
+
+
+def lowered_steps(graph: Graph) -> list[Step]:
+    """The graph's primitives as lowering steps, in order; each attention chain (attention.py) is one
+    step, torch's fused scaled-dot-product attention, in place of its last primitive."""
+    chains = {a.output: a for a in find_attention(graph)}
+    replaced = {k for a in chains.values() for k in a.nodes}
+    steps = []
+    for k, n in enumerate(graph.nodes):
+        dtype = TORCH_DTYPES[graph.types[n.output].dtype]
+        chain = chains.get(n.output)
+        if chain is not None:
+            inputs = (chain.q, chain.kt, chain.v) + ((chain.mask,) if chain.mask is not None else ())
+            types = [graph.types[i] for i in inputs]
+            out = graph.types[n.output]
+            prim = Prim("attention", {"scale": chain.scale, "masked_out": chain.masked_out}, tuple(t.shape for t in types),
+                        tuple(t.dtype for t in types), out.shape, out.dtype)
+            steps.append(Step(attention, prim, inputs, n.output, dtype))
+        elif k not in replaced:
+            steps.append(Step(LOWERINGS[n.op], Prim.of(n, graph), n.inputs, n.output, dtype))
+    return steps
 
 
 class InductorKernel(Kernel):

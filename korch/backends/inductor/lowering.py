@@ -358,6 +358,24 @@ def _matmul(xs: Sequence[Tensor], p: Prim) -> Tensor:
     return torch.matmul(xs[0], xs[1])
 
 
+def attention(xs: Sequence[Tensor], p: Prim) -> Tensor:
+    """softmax(q @ kt * scale [+ mask, or -inf where masked_out]) @ v as torch's fused attention (not a primitive: a chain of them
+    that attention.find_attention matched). The fused CPU kernel takes 4-D tensors: a 3-D chain
+    gets a leading dim of 1 and loses it again. It also wants each operand's rows contiguous (else
+    torch falls back to the unfused math): k is kt transposed, which has them where kt is itself a
+    transposed view (an exported model's heads), and is copied where not (kt given as it is stored)."""
+    q, kt, v = xs[:3]
+    mask = xs[3] if len(xs) > 3 else None
+    if mask is not None and p.attrs["masked_out"]:
+        mask = torch.logical_not(mask)          # a bool mask given to torch says which scores are kept
+    flat = q.dim() == 3
+    if flat:
+        q, kt, v = q.unsqueeze(0), kt.unsqueeze(0), v.unsqueeze(0)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, kt.transpose(-2, -1), v))
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=p.attrs["scale"])
+    return y.squeeze(0) if flat else y
+
+
 @lowering("conv")
 def _conv(xs: Sequence[Tensor], p: Prim) -> Tensor:
     """Asymmetric pads: the symmetric part goes to the conv, the rest to an explicit zero pad first."""

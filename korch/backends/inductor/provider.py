@@ -13,6 +13,10 @@ from pathlib import Path
 from korch.backends.base import Backend, CompileOptions, Kernel, KernelNotSaveable
 from korch.ir.graph import Graph
 
+# Changes when a change to the lowering changes what kernels it compiles run like, so profiles taken
+# with the old lowering are timed again ("sdpa": attention chains run as torch's fused attention).
+LOWERING = "sdpa"
+
 
 class InductorBackend(Backend):
     name = "inductor"
@@ -23,8 +27,9 @@ class InductorBackend(Backend):
     @cached_property
     def version(self) -> str:          # type: ignore[override]
         # Part of profile keys: the library (torch.__version__ is this same string), and how korch
-        # compiles with it (standalone: no Dynamo).
-        return f"torch-{metadata.version('torch')}-standalone"
+        # compiles with it (standalone: no Dynamo; LOWERING: what its lowering emits, which changes
+        # the time of the kernels it compiles).
+        return f"torch-{metadata.version('torch')}-standalone-{LOWERING}"
 
     def supports(self, graph: Graph) -> str | None:
         from korch.backends.inductor.backend import unsupported
