@@ -680,7 +680,7 @@ def _accurate_split(ctx: _Context) -> _Found:
         if check is None or check.ok:
             split, check, scheduled = _schedule(ctx, split, check)
             return _Found(split, rounds, solve_s, costs, _Checked(check, None), scheduled)
-        failure = f"the best split plan ({len(split.plan.steps)} kernels), {check.worst()}"
+        failure = f"the best split plan ({_kernels(split.plan)}), {check.worst()}"
         log.warning("the best split plan (%d kernels) disagrees with onnxruntime (%s)", len(split.plan.steps),
                     check.summary())
         if attempt == s.check_rounds:
@@ -958,7 +958,7 @@ def _after_exclusions(ctx: _Context) -> str:
 
 
 def _why_split_alone(ctx: _Context, split: _Timed) -> str:
-    return f"the best split plan ({len(split.plan.steps)} kernels) measured {_ms(split.measured_s or 0.0)}; " \
+    return f"the best split plan ({_kernels(split.plan)}) measured {_ms(split.measured_s or 0.0)}; " \
            f"no engine's whole-model kernel was available to compare{_after_exclusions(ctx)}"
 
 
@@ -972,13 +972,13 @@ def _duel_s(duels: Sequence[Duel]) -> dict[str, float]:
 
 
 def _why_split(ctx: _Context, split: _Timed, duels: Sequence[Duel]) -> str:
-    n = len(split.plan.steps)
+    n = _kernels(split.plan)
     if not any(d.timed for d in duels):
-        return (f"the best split plan ({n} kernels) was predicted faster than every whole-model "
+        return (f"the best split plan ({n}) was predicted faster than every whole-model "
                 f"kernel's profile (side-by-side comparison off){_after_exclusions(ctx)}")
     won = ", ".join(f"{_ms(mine)} against {rival}'s {_ms(theirs)} ({d.ratio_of(SPLIT):.3f}x its time)"
                     for d, (mine, rival, theirs) in ((d, d.of(SPLIT)) for d in duels))
-    return f"the best split plan ({n} kernels) beat every whole model side by side: {won}{_after_exclusions(ctx)}"
+    return f"the best split plan ({n}) beat every whole model side by side: {won}{_after_exclusions(ctx)}"
 
 
 def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence[Duel],
@@ -1000,9 +1000,9 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
                     f"measures kernels only while a split plan could still beat the fastest whole model, its "
                     f"unmeasured kernels at their optimistic costs); kept {mine}{also}")
         return f"one engine runs the whole model: no split plan exists over the profiled kernels; kept {mine}{also}"
-    n = len(split.plan.steps)
+    n = _kernels(split.plan)
     if split.measured_s is None:
-        return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
+        return (f"one engine runs the whole model: the best split plan ({n}) was predicted at "
                 f"{_ms(split.predicted_s)} (kernel profiles and boundary costs), {winner}'s whole model "
                 f"profiled at {_ms(ctx.whole[winner].cost)}{also}")
     # the duel the split plan lost (it may have won others before it: each reading is noisy)
@@ -1012,12 +1012,21 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
         ratio = met.ratio_of(SPLIT)
         margin = "" if ratio > 1.0 else \
             f"; a split plan must run in {s.multi_kernel_margin:.2f}x to pay for its boundaries"
-        return (f"one engine runs the whole model: the best split plan ({n} kernels) measured "
+        return (f"one engine runs the whole model: the best split plan ({n}) measured "
                 f"{_ms(mine_s)} side by side with {rival}'s whole model {_ms(rival_s)}, {ratio:.3f}x its "
                 f"time round by round{margin}; kept {mine}{also}")
-    return (f"one engine runs the whole model: the best split plan ({n} kernels) was predicted at "
+    return (f"one engine runs the whole model: the best split plan ({n}) was predicted at "
             f"{_ms(split.predicted_s)} and measured {_ms(split.measured_s)}, {winner}'s whole model profiled "
             f"at {_ms(ctx.whole[winner].cost)} (no side-by-side comparison){also}")
+
+
+def _kernels(plan: Plan) -> str:
+    """"4 kernels: 3 openvino, 1 inductor": what a split plan is made of, engines by kernel count."""
+    counts: dict[str, int] = {}
+    for step in plan.steps:
+        counts[step.backend] = counts.get(step.backend, 0) + 1
+    engines = ", ".join(f"{k} {b}" for b, k in sorted(counts.items(), key=lambda bk: (-bk[1], bk[0])))
+    return f"{len(plan.steps)} kernels: {engines}"
 
 
 def _result(ctx: _Context, plan: Plan, session: Session | None, selection: Selection, measured_s: float | None,

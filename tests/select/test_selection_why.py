@@ -18,11 +18,13 @@ SETTINGS = SimpleNamespace(selection=SelectionSettings(multi_kernel_margin=0.98,
 
 def test_a_split_plan_that_beat_one_engine_and_lost_to_another_is_reported_by_the_duel_it_lost() -> None:
     ctx = SimpleNamespace(settings=SETTINGS, excluded=())
-    split = SimpleNamespace(plan=SimpleNamespace(steps=tuple(range(8))), measured_s=0.0806, predicted_s=0.079)
+    steps = tuple(SimpleNamespace(backend=b) for b in ["openvino"] * 5 + ["inductor"] * 3)
+    split = SimpleNamespace(plan=SimpleNamespace(steps=steps), measured_s=0.0806, predicted_s=0.079)
     duels = [Duel(SPLIT, "openvino", 0.0806, 0.0826, SPLIT, ratio=1.024),    # the split plan wins this one
              Duel(SPLIT, "inductor", 0.0830, 0.0842, "inductor", ratio=1.012)]  # and loses this one, by the margin
     why = _why_whole(ctx, "inductor", split, duels, {})               # type: ignore[arg-type]
-    assert why == ("one engine runs the whole model: the best split plan (8 kernels) measured 83.0 ms side by "
+    assert why == ("one engine runs the whole model: the best split plan (8 kernels: 5 openvino, 3 inductor) "
+                   "measured 83.0 ms side by "
                    "side with inductor's whole model 84.2 ms, 0.988x its time round by round; a split plan must "
                    "run in 0.98x to pay for its boundaries; kept inductor's whole model 84.2 ms (other whole "
                    "models, side by side: openvino's 82.6 ms)")
