@@ -55,9 +55,10 @@ class Step:
 class CandidateModule(torch.nn.Module):
     """Runs one primitive graph. `forward` is traced once to an FX graph and never runs otherwise."""
 
-    def __init__(self, graph: Graph, device: str) -> None:
+    def __init__(self, graph: Graph, device: str, relayout: frozenset[int] = frozenset()) -> None:
         super().__init__()
         self.input_names = graph.inputs
+        self.relayout = relayout          # outputs the kernel must write contiguous itself (compile_graph)
         self.constant_buffers: list[tuple[str, str]] = []
         for k, (name, array) in enumerate(graph.constants.items()):
             buffer = f"const{k}"          # graph value names ("%c3") are not attribute names
@@ -78,7 +79,10 @@ class CandidateModule(torch.nn.Module):
             y = step.lower([env[i] for i in step.inputs], step.prim)
             env[step.output] = y if y.dtype == step.dtype else y.to(step.dtype)
         # A view output (transpose, expand, slice) becomes a contiguous buffer written by the fused kernel.
-        return tuple(env[name].contiguous() for name in self.output_names)
+        # `.contiguous()` of a tensor contiguous here traces nothing, so an output Inductor lays out
+        # otherwise (channels-last after a conv) is asked for as an explicit contiguous copy instead.
+        return tuple(torch.clone(env[name], memory_format=torch.contiguous_format) if k in self.relayout
+                     else env[name].contiguous() for k, name in enumerate(self.output_names))
 
 
 def lowered_steps(graph: Graph) -> list[Step]:
@@ -167,20 +171,43 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
         raise ValueError(f"inductor cannot compile {graph.name}: {reason}")
     torch.set_num_threads(options.threads)
     example = [torch.from_numpy(x).to(device) for x in warmup_inputs(graph)]
-    with kernel_modules() as modules:
-        try:
-            fn = _compile(graph, options, example, device, freezing=True)
-        except Exception as error:          # any failure under freezing: retry the plain path once
-            log.warning("inductor: compiling %s with freezing failed (%s: %s); compiling without freezing",
-                        graph.name, type(error).__name__, error)
-            fn = _compile(graph, options, example, device, freezing=False)
+    fn, modules = _compile_kernel(graph, options, example, device, frozenset())
+    relayout = strided_outputs(graph, fn, example) if device == "cpu" else frozenset()
+    if relayout:
+        # Inductor chose a layout of its own for these outputs (channels-last for a concat of token
+        # maps seen as images, as segformer-b0's decoder makes them). The copy `run` then made, strided
+        # in numpy, cost its decoder region 126 ms for 64 MiB (benchmarks/inductor_output_layout.py);
+        # compiled again, the kernel writes them contiguous itself.
+        del fn, modules
+        fn, modules = _compile_kernel(graph, options, example, device, relayout)
     copies = outputs_to_copy(fn, example) if device == "cpu" else ()          # .cpu() copies anyway
     return InductorKernel(fn, options.threads, device, copies, modules, tuple(graph.constants.values()))
 
 
+def _compile_kernel(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,
+                    relayout: frozenset[int]) -> tuple[Callable[..., tuple[torch.Tensor, ...]], list[ModuleType]]:
+    """The compiled function and the generated modules it owns: frozen, or, if freezing fails, plain."""
+    with kernel_modules() as modules:
+        try:
+            fn = _compile(graph, options, example, device, True, relayout)
+        except Exception as error:          # any failure under freezing: retry the plain path once
+            log.warning("inductor: compiling %s with freezing failed (%s: %s); compiling without freezing",
+                        graph.name, type(error).__name__, error)
+            fn = _compile(graph, options, example, device, False, relayout)
+    return fn, modules
+
+
+def strided_outputs(graph: Graph, fn: Callable[..., tuple[torch.Tensor, ...]],
+                    example: list[torch.Tensor]) -> frozenset[int]:
+    """The outputs the compiled function returns not C-contiguous."""
+    with torch.no_grad():
+        outputs = fn(*example)
+    return frozenset(k for k, y in enumerate(outputs) if not y.is_contiguous())
+
+
 def _compile(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,
-             freezing: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
-    module = CandidateModule(graph, device).eval()
+             freezing: bool, relayout: frozenset[int]) -> Callable[..., tuple[torch.Tensor, ...]]:
+    module = CandidateModule(graph, device, relayout).eval()
     # Inductor fixes the OpenMP thread count in the code it generates; cpp.threads also keys its cache.
     config = {"freezing": freezing, "cpp.threads": options.threads}
     if freezing and any(np.ndim(a) == 0 for a in graph.constants.values()):
