@@ -57,7 +57,7 @@ def main() -> None:
         kernels = {}
         for name, relayout in (("as laid out", None), ("contiguous", True)):
             fn, modules = _compile_kernel(sub, options, example, "cpu", frozenset())
-            strided = strided_outputs(sub, fn, example)
+            strided = strided_outputs(fn, example)
             if relayout:
                 del fn, modules
                 fn, modules = _compile_kernel(sub, options, example, "cpu", strided)

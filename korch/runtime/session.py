@@ -143,6 +143,9 @@ def _program(plan: Plan, ops: Sequence[_Op]) -> tuple[_Op | _Fork, ...]:
 
 class Session:
     def __init__(self, plan: Plan, kernels: Sequence[Kernel]) -> None:
+        # The C heap's policy its kernels were profiled under (korch/heap.py), also for a session built
+        # from kernels compiled elsewhere (benchmarks build many so; 16 of them ran without it).
+        keep_freed_blocks()
         self.plan = plan
         self.kernels = tuple(kernels)          # by step, as compiled (plan/store.py keeps them)
         graph = plan.graph

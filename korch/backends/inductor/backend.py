@@ -80,7 +80,7 @@ class CandidateModule(torch.nn.Module):
             env[step.output] = y if y.dtype == step.dtype else y.to(step.dtype)
         # A view output (transpose, expand, slice) becomes a contiguous buffer written by the fused kernel.
         # `.contiguous()` of a tensor contiguous here traces nothing, so an output Inductor lays out
-        # otherwise (channels-last after a conv) is asked for as an explicit contiguous copy instead.
+        # otherwise (channels-last, compile_graph) is asked for as an explicit contiguous copy instead.
         return tuple(torch.clone(env[name], memory_format=torch.contiguous_format) if k in self.relayout
                      else env[name].contiguous() for k, name in enumerate(self.output_names))
 
@@ -172,7 +172,7 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
     torch.set_num_threads(options.threads)
     example = [torch.from_numpy(x).to(device) for x in warmup_inputs(graph)]
     fn, modules = _compile_kernel(graph, options, example, device, frozenset())
-    relayout = strided_outputs(graph, fn, example) if device == "cpu" else frozenset()
+    relayout = strided_outputs(fn, example) if device == "cpu" else frozenset()
     if relayout:
         # Inductor chose a layout of its own for these outputs (channels-last for a concat of token
         # maps seen as images, as segformer-b0's decoder makes them). The copy `run` then made, strided
@@ -197,8 +197,7 @@ def _compile_kernel(graph: Graph, options: CompileOptions, example: list[torch.T
     return fn, modules
 
 
-def strided_outputs(graph: Graph, fn: Callable[..., tuple[torch.Tensor, ...]],
-                    example: list[torch.Tensor]) -> frozenset[int]:
+def strided_outputs(fn: Callable[..., tuple[torch.Tensor, ...]], example: list[torch.Tensor]) -> frozenset[int]:
     """The outputs the compiled function returns not C-contiguous."""
     with torch.no_grad():
         outputs = fn(*example)
