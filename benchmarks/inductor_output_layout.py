@@ -1,17 +1,20 @@
 """An Inductor kernel's outputs in the layout Inductor chose, copied by the caller, against the
 same outputs written contiguous by the kernel itself.
 
-    python benchmarks/inductor_output_layout.py MODEL [START:END ...] [--threads 2] [--rounds 15]
+    python benchmarks/inductor_output_layout.py MODEL [START:END ...] [--threads 2] [--rounds 15] [--all]
 
 Inductor may give an output a layout of its own (channels-last for a concat of token maps seen as
 images); the kernel's caller (InductorKernel.run) then copies it to the C-contiguous array a plan
-passes on, in numpy, strided. korch's Inductor backend now compiles such a kernel again with those outputs asked for as
-contiguous copies (backends/inductor/backend.py, compile_graph), which the kernel writes directly.
+passes on, in numpy, strided. korch's Inductor backend now compiles such a kernel again with those
+outputs asked for as contiguous copies (backends/inductor/backend.py, compile_graph), which the
+kernel writes directly.
 
 For each primitive range START:END of MODEL's fissioned graph (default: the whole graph), as a
-region candidate: both compiles, the outputs' strides from the first, and their `run` side by side
-(korch's timing protocol: a pause and one untimed call per turn), medians with p10-p90 and the
-round-by-round ratio. Nothing is written.
+region candidate: both compiles (one, if no output needs it), the outputs' strides from the first,
+and their `run` side by side (korch's timing protocol: a pause and one untimed call per turn),
+medians with p10-p90 and the round-by-round ratio. With --all, a third compile asks for every
+output as a contiguous copy, which would spare the second compile if it never cost a kernel
+anything. Nothing is written.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ def main() -> None:
     parser.add_argument("ranges", nargs="*", help="START:END primitive ranges (default: the whole graph)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--all", action="store_true",
+                        help="also compile once with every output asked for as a contiguous copy (no second "
+                             "compile), and time it beside the others")
     args = parser.parse_args()
 
     import torch
@@ -55,10 +61,18 @@ def main() -> None:
         sub = extract_subgraph(graph, _region(graph, start, end))
         example = [torch.from_numpy(x) for x in warmup_inputs(sub)]
         kernels = {}
-        for name, relayout in (("as laid out", None), ("contiguous", True)):
+        variants = [("as laid out", None), ("contiguous", True)] + ([("all cloned", False)] if args.all else [])
+        for name, relayout in variants:
+            if relayout is False:          # --all: every output cloned, compiled once
+                fn, modules = _compile_kernel(sub, options, example, "cpu", frozenset(range(len(sub.outputs))))
+                kernels[name] = InductorKernel(fn, args.threads, "cpu", outputs_to_copy(fn, example), modules)
+                continue
             fn, modules = _compile_kernel(sub, options, example, "cpu", frozenset())
             strided = strided_outputs(fn, example)
             if relayout:
+                if not strided:
+                    kernels[name] = kernels["as laid out"]      # korch compiles it once: the same kernel
+                    continue
                 del fn, modules
                 fn, modules = _compile_kernel(sub, options, example, "cpu", strided)
             else:
@@ -70,14 +84,18 @@ def main() -> None:
         inputs = [rng.standard_normal(sub.types[n].shape).astype(sub.types[n].dtype.numpy)
                   if sub.types[n].dtype.is_float else x.numpy() for n, x in zip(sub.inputs, example)]
         first = kernels["as laid out"].run(inputs)
-        for a, b in zip(first, kernels["contiguous"].run(inputs)):
-            assert a.flags.c_contiguous and b.flags.c_contiguous and np.allclose(a, b, rtol=1e-5, atol=1e-5)
+        for name in kernels:
+            for a, b in zip(first, kernels[name].run(inputs)):
+                assert a.flags.c_contiguous and b.flags.c_contiguous and np.allclose(a, b, rtol=1e-5, atol=1e-5)
         one = measure(lambda: kernels["as laid out"].run(inputs), warmup=1, repeats=3, min_seconds=0.1).median_s
-        timings = side_by_side({k: (lambda k=k: kernels[k].run(inputs)) for k in kernels}, args.rounds, one)
+        timed = {k: v for k, v in kernels.items() if k == "as laid out" or v is not kernels["as laid out"]}
+        timings = side_by_side({k: (lambda k=k: timed[k].run(inputs)) for k in timed}, args.rounds, one)
         for name, t in timings.items():
             print(f"  {name:12s} {t.median_s * 1e3:8.2f} ms ({t.p10_s * 1e3:.2f}-{t.p90_s * 1e3:.2f})")
-        ratio = paired_ratio(timings["as laid out"], timings["contiguous"])
-        print(f"  contiguous / as laid out, round by round: {ratio:.3f}")
+        for name in timings:
+            if name != "as laid out":
+                ratio = paired_ratio(timings["as laid out"], timings[name])
+                print(f"  {name} / as laid out, round by round: {ratio:.3f}")
 
 
 if __name__ == "__main__":
