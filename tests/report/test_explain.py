@@ -36,9 +36,12 @@ def test_every_kernel_is_a_chosen_candidate_and_no_rival_beats_it(index: Profile
 
 
 def test_explain_node_by_value_and_by_onnx_node(candy_plan: SavedPlan, index: ProfileIndex) -> None:
+    """A primitive with a profiled rival that lost. Which primitives have one depends on what guided
+    profiling measured (timings): a fixed primitive had none once, under CI's load."""
     facts = index.facts
-    kernel = facts.kernels[2]
-    node = facts.graph.nodes[kernel.nodes[1]]
+    kernel, i = next((k, i) for k in facts.kernels for i in k.nodes
+                     if any(r.outcome is Outcome.COSTLIER for r in index.rivals([i])))
+    node = facts.graph.nodes[i]
     text = explain(facts, index, node=node.output, limit=1000)          # every rival, whatever the plan chose
     assert f"computed by {kernel.id}" in text and "chosen" in text and "onnxruntime" in text
     assert "costlier by" in text
