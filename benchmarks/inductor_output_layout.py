@@ -60,25 +60,19 @@ def main() -> None:
     for start, end in ranges:
         sub = extract_subgraph(graph, _region(graph, start, end))
         example = [torch.from_numpy(x) for x in warmup_inputs(sub)]
-        kernels = {}
-        variants = [("as laid out", None), ("contiguous", True)] + ([("all cloned", False)] if args.all else [])
-        for name, relayout in variants:
-            if relayout is False:          # --all: every output cloned, compiled once
-                fn, modules = _compile_kernel(sub, options, example, "cpu", frozenset(range(len(sub.outputs))))
-                kernels[name] = InductorKernel(fn, args.threads, "cpu", outputs_to_copy(fn, example), modules)
-                continue
-            fn, modules = _compile_kernel(sub, options, example, "cpu", frozenset())
-            strided = strided_outputs(fn, example)
-            if relayout:
-                if not strided:
-                    kernels[name] = kernels["as laid out"]      # korch compiles it once: the same kernel
-                    continue
-                del fn, modules
-                fn, modules = _compile_kernel(sub, options, example, "cpu", strided)
-            else:
-                with torch.no_grad():
-                    layouts = [(tuple(y.shape), y.stride()) for y in fn(*example)]
-            kernels[name] = InductorKernel(fn, args.threads, "cpu", outputs_to_copy(fn, example), modules)
+
+        def compiled(relayout: frozenset[int]) -> InductorKernel:
+            fn, modules = _compile_kernel(sub, options, example, "cpu", relayout)
+            return InductorKernel(fn, args.threads, "cpu", outputs_to_copy(fn, example), modules)
+
+        kernels = {"as laid out": compiled(frozenset())}
+        strided = strided_outputs(kernels["as laid out"].fn, example)
+        with torch.no_grad():
+            layouts = [(tuple(y.shape), y.stride()) for y in kernels["as laid out"].fn(*example)]
+        if strided:                        # what korch compiles again; with none, the kernel above is korch's
+            kernels["contiguous"] = compiled(strided)
+        if args.all:                       # every output cloned, compiled once
+            kernels["all cloned"] = compiled(frozenset(range(len(sub.outputs))))
         print(f"primitives [{start}, {end}) of {len(graph.nodes)}: outputs {layouts}; "
               f"not contiguous: {sorted(strided) or 'none'}")
         inputs = [rng.standard_normal(sub.types[n].shape).astype(sub.types[n].dtype.numpy)
@@ -88,8 +82,7 @@ def main() -> None:
             for a, b in zip(first, kernels[name].run(inputs)):
                 assert a.flags.c_contiguous and b.flags.c_contiguous and np.allclose(a, b, rtol=1e-5, atol=1e-5)
         one = measure(lambda: kernels["as laid out"].run(inputs), warmup=1, repeats=3, min_seconds=0.1).median_s
-        timed = {k: v for k, v in kernels.items() if k == "as laid out" or v is not kernels["as laid out"]}
-        timings = side_by_side({k: (lambda k=k: timed[k].run(inputs)) for k in timed}, args.rounds, one)
+        timings = side_by_side({k: (lambda k=k: kernels[k].run(inputs)) for k in kernels}, args.rounds, one)
         for name, t in timings.items():
             print(f"  {name:12s} {t.median_s * 1e3:8.2f} ms ({t.p10_s * 1e3:.2f}-{t.p90_s * 1e3:.2f})")
         for name in timings:

@@ -53,14 +53,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from korch.candidates.regions import cut_positions, onnx_spans
     from korch.frontend.regions import OnnxSource
-    from korch.heap import keep_freed_blocks
     from korch.pipeline import run_fission
     from korch.profile.timing import measure, side_by_side
     from korch.runtime import Session
     from korch.runtime.session import compile_step
     from korch.verify import random_feeds
 
-    keep_freed_blocks()          # the C heap's policy korch profiles and runs plans under (korch/heap.py)
     engines = args.engines.split(",")
     fissioned = run_fission(args.model)
     graph = fissioned.graph

@@ -62,7 +62,7 @@ def keep_freed_blocks() -> str:
     """Fix glibc's mmap and trim thresholds at KEEP_BLOCKS_BYTES for this process (module doc), once.
     Returns the policy in effect, a part of profile keys: "kept" or "system" (not glibc, or turned
     off by KORCH_KEEP_FREED_BLOCKS=0)."""
-    if os.environ.get(ENV_SWITCH, "1") == "0":
+    if _libc() is None or os.environ.get(ENV_SWITCH, "1") == "0":
         return "system"
     if not set_thresholds(KEEP_BLOCKS_BYTES, KEEP_BLOCKS_BYTES):
         log.warning("glibc refused mallopt: large blocks are mapped and unmapped on every call")

@@ -103,7 +103,6 @@ def compile_step(plan: Plan, step: Step, threads: int | None = None) -> Kernel:
 
 
 def compile_plan(plan: Plan) -> Session:
-    keep_freed_blocks()          # the C heap's policy its kernels were profiled under (korch/heap.py)
     kernels = []
     for step, threads in zip(plan.steps, plan.step_threads()):
         kernels.append(compile_step(plan, step, threads))
@@ -143,8 +142,8 @@ def _program(plan: Plan, ops: Sequence[_Op]) -> tuple[_Op | _Fork, ...]:
 
 class Session:
     def __init__(self, plan: Plan, kernels: Sequence[Kernel]) -> None:
-        # The C heap's policy its kernels were profiled under (korch/heap.py), also for a session built
-        # from kernels compiled elsewhere (benchmarks build many so; 16 of them ran without it).
+        # The C heap's policy its kernels were profiled under (korch/heap.py), however they were compiled
+        # or loaded (compile_plan, korch.load, or a benchmark's own kernels).
         keep_freed_blocks()
         self.plan = plan
         self.kernels = tuple(kernels)          # by step, as compiled (plan/store.py keeps them)

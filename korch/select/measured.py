@@ -1022,10 +1022,8 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
 
 def _kernels(plan: Plan) -> str:
     """"4 kernels: 3 openvino, 1 inductor": what a split plan is made of, engines by kernel count."""
-    counts: dict[str, int] = {}
-    for step in plan.steps:
-        counts[step.backend] = counts.get(step.backend, 0) + 1
-    engines = ", ".join(f"{k} {b}" for b, k in sorted(counts.items(), key=lambda bk: (-bk[1], bk[0])))
+    counts = sorted(plan.kernels_by_backend().items(), key=lambda bk: (-bk[1], bk[0]))
+    engines = ", ".join(f"{k} {b}" for b, k in counts)
     return f"{len(plan.steps)} kernels: {engines}"
 
 

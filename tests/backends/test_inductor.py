@@ -304,8 +304,9 @@ def token_maps_concat(rng: np.random.Generator) -> Graph:
     the concat channels-last."""
     b = GraphBuilder("token_maps_concat")
     x = b.add_input("x", TensorType((1, 64, 16), DType.FLOAT32))
-    images = [b.emit("reshape", [b.emit("transpose", [b.emit("add", [x, b.add_constant(rng.standard_normal(16).astype(F32))])],
-                                        {"perm": (0, 2, 1)})], {"shape": (1, 16, 8, 8)}) for _ in range(2)]
+    tokens = [b.emit("add", [x, b.add_constant(rng.standard_normal(16).astype(F32))]) for _ in range(2)]
+    images = [b.emit("reshape", [b.emit("transpose", [t], {"perm": (0, 2, 1)})], {"shape": (1, 16, 8, 8)})
+              for t in tokens]
     return check_graph(b.build([("y", b.emit("concat", images, {"axis": 1}))]))
 
 

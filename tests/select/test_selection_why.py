@@ -18,8 +18,8 @@ SETTINGS = SimpleNamespace(selection=SelectionSettings(multi_kernel_margin=0.98,
 
 def test_a_split_plan_that_beat_one_engine_and_lost_to_another_is_reported_by_the_duel_it_lost() -> None:
     ctx = SimpleNamespace(settings=SETTINGS, excluded=())
-    steps = tuple(SimpleNamespace(backend=b) for b in ["openvino"] * 5 + ["inductor"] * 3)
-    split = SimpleNamespace(plan=SimpleNamespace(steps=steps), measured_s=0.0806, predicted_s=0.079)
+    plan = SimpleNamespace(steps=tuple(range(8)), kernels_by_backend=lambda: {"inductor": 3, "openvino": 5})
+    split = SimpleNamespace(plan=plan, measured_s=0.0806, predicted_s=0.079)
     duels = [Duel(SPLIT, "openvino", 0.0806, 0.0826, SPLIT, ratio=1.024),    # the split plan wins this one
              Duel(SPLIT, "inductor", 0.0830, 0.0842, "inductor", ratio=1.012)]  # and loses this one, by the margin
     why = _why_whole(ctx, "inductor", split, duels, {})               # type: ignore[arg-type]

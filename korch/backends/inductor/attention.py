@@ -111,8 +111,7 @@ def _match(graph: Graph, out: Node) -> Attention | None:
 
     if not _shapes_fit(graph, q, kt, v, mask, masked_out, out.output):
         return None
-    names = {n.output for n in chain}
-    if not _private(graph, chain, names, out.output):
+    if not _private(graph, chain, out.output):
         return None
     positions = sorted(graph.positions[n.output] for n in chain)
     return Attention(q, kt, v, mask, scale, out.output, tuple(positions), masked_out)
@@ -189,9 +188,9 @@ def _broadcasts(shape: Sequence[int], to: Sequence[int]) -> bool:
     return all(s in (1, t) for s, t in zip(reversed(shape), reversed(to)))
 
 
-def _private(graph: Graph, chain: Sequence[Node], names: set[str], output: str) -> bool:
+def _private(graph: Graph, chain: Sequence[Node], output: str) -> bool:
     """Nothing outside the chain reads its inner values, and none of them is a graph output."""
-    inner = names - {output}
+    inner = {n.output for n in chain} - {output}
     if inner & set(graph.outputs):
         return False
     ids = {id(n) for n in chain}

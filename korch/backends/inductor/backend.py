@@ -98,8 +98,8 @@ def lowered_steps(graph: Graph) -> list[Step]:
             inputs = (chain.q, chain.kt, chain.v) + ((chain.mask,) if chain.mask is not None else ())
             types = [graph.types[i] for i in inputs]
             out = graph.types[n.output]
-            prim = Prim("attention", {"scale": chain.scale, "masked_out": chain.masked_out}, tuple(t.shape for t in types),
-                        tuple(t.dtype for t in types), out.shape, out.dtype)
+            prim = Prim("attention", {"scale": chain.scale, "masked_out": chain.masked_out},
+                        tuple(t.shape for t in types), tuple(t.dtype for t in types), out.shape, out.dtype)
             steps.append(Step(attention, prim, inputs, n.output, dtype))
         elif k not in replaced:
             steps.append(Step(LOWERINGS[n.op], Prim.of(n, graph), n.inputs, n.output, dtype))

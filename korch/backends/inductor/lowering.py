@@ -359,11 +359,12 @@ def _matmul(xs: Sequence[Tensor], p: Prim) -> Tensor:
 
 
 def attention(xs: Sequence[Tensor], p: Prim) -> Tensor:
-    """softmax(q @ kt * scale [+ mask, or -inf where masked_out]) @ v as torch's fused attention (not a primitive: a chain of them
-    that attention.find_attention matched). The fused CPU kernel takes 4-D tensors: a 3-D chain
-    gets a leading dim of 1 and loses it again. It also wants each operand's rows contiguous (else
-    torch falls back to the unfused math): k is kt transposed, which has them where kt is itself a
-    transposed view (an exported model's heads), and is copied where not (kt given as it is stored)."""
+    """softmax(q @ kt * scale [+ mask, or -inf where masked_out]) @ v as torch's fused attention (not
+    a primitive: a chain of them that attention.find_attention matched). The fused CPU kernel takes
+    4-D tensors: a 3-D chain gets a leading dim of 1 and loses it again. It also wants each operand's
+    rows contiguous (else torch falls back to the unfused math): k is kt transposed, which has them
+    where kt is itself a transposed view (an exported model's heads), and is copied where not (kt
+    given as it is stored)."""
     q, kt, v = xs[:3]
     mask = xs[3] if len(xs) > 3 else None
     if mask is not None and p.attrs["masked_out"]:
