@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import sqlite3
 import weakref
 from dataclasses import replace
@@ -520,6 +521,11 @@ def test_cli_optimize_run_and_failures(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "proven optimal" in out and "wrote plan" in out
+    # every stage is named, and together they take no longer than the whole optimize
+    stages = dict(re.findall(r"(\w+) ([\d.]+) s", next(line for line in out.splitlines() if line.startswith("stages"))))
+    assert list(stages) == ["load", "fission", "candidates", "calibrate", "profile", "select", "check", "optimize"]
+    parts = sum(float(v) for k, v in stages.items() if k != "optimize")
+    assert parts <= float(stages["optimize"]) + 0.5, stages
     assert main(["run", str(plan_dir), "-o", str(tmp_path / "out.npz")]) == 0
     with np.load(tmp_path / "out.npz") as result:
         assert result[zoo.get_model("bert-mini").outputs[0]].shape[0] == 1

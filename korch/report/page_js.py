@@ -313,7 +313,7 @@ function summaryHtml() {
   if (S.solve_seconds !== undefined) add("solver", fmt(S.solve_seconds, 3) + " s, " +
     (S.optimal && !S.gap ? "proven optimal" : "gap " + fmt(S.gap, 2) + ", NOT proven optimal"));
   add("check error", S.max_rel_error === undefined ? undefined : fmt(S.max_rel_error, 2) + " max relative vs onnxruntime");
-  const stages = ["load", "fission", "candidates", "profile", "select", "check", "optimize"]
+  const stages = ["load", "fission", "candidates", "calibrate", "profile", "select", "check", "optimize"]
     .filter((s) => S[s + "_seconds"] !== undefined).map((s) => s + " " + fmt(S[s + "_seconds"], 2) + " s");
   add("stage times", stages.join(", "));
   add("plan", esc(D.plan) + ", korch " + esc(D.version) + ", " + D.threads + " thread(s)");
