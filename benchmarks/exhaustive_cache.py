@@ -24,7 +24,7 @@ from korch.pipeline import (  # noqa: E402
     CandidateSet,
     candidate_universe,
     enumerate_all,
-    largest_regions,
+    inductor_regions,
     profile_pools,
     run_fission,
 )
@@ -66,7 +66,7 @@ def load(cache: Path, model: str, threads: int) -> Exhaustive:
     cands = enumerate_all(graph, settings)
     pools = profile_pools(graph, cands, settings)
     universe = candidate_universe(cands, settings)
-    regions = largest_regions(cands, settings)
+    regions = inductor_regions(cands, settings)
     run_pools = {name: list(universe[name] if name in ps.guided_backends else pools[name]) for name in pools}
     if "inductor" in run_pools:
         run_pools["inductor"] = list({c.key: c for c in [*run_pools["inductor"], *regions]}.values())

@@ -55,7 +55,8 @@ class ProfileSettings:
     # workers again: ~20 s a round of 10 on yolox-nano), until the solve is stable or the budget is spent.
     inductor_budget: int = 40
     inductor_batch: int = 20
-    # Regions compiled by Inductor take seconds to a minute each: the largest few, the whole graph first.
+    # Regions compiled by Inductor take seconds to a minute each: at most this many, the whole graph
+    # first, then an even tiling of it (pipeline.inductor_regions).
     inductor_region_budget: int = 4
     # Guided profiling (korch/profile/guided.py): a backend whose cost model has learned from this
     # machine's profiles is profiled only where the BLP, given each unmeasured kernel its predicted

@@ -15,6 +15,7 @@ ONNX engine runs it, so without that region a plan could not cover it).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from korch.candidates.candidate import Candidate, boundary
@@ -136,3 +137,34 @@ def opaque_regions(graph: Graph) -> tuple[Candidate, ...]:
     made of small candidates."""
     spans = _spans(graph)
     return tuple(_region(graph, s, e) for s, e in sorted(_opaque_spans(graph, spans or [])))
+
+
+def balanced_tiling(regions: Sequence[Candidate], pieces: int) -> tuple[Candidate, ...]:
+    """`pieces` regions that tile the graph end to end (each starts where the one before ends), of
+    sizes as even as the regions allow (the largest as small as it can be); () if no such tiling.
+
+    A backend that can compile only a few regions (Inductor: up to a minute each) gets most from a
+    tiling: with the whole model beside it, a split plan can give any one piece to it and the rest to
+    the other engines. The largest regions are instead the whole model and its near-whole suffixes
+    (yolox-nano: 96%, 90% and 89% of it; segformer-b0: 98%, 77%, 77%), which cost ~3.5 whole-model
+    compiles and leave a split plan only a small prefix to give to another engine."""
+    spans = {(c.nodes[0], c.nodes[-1] + 1): c for c in regions if c.nodes == tuple(range(c.nodes[0], c.nodes[-1] + 1))}
+    if pieces < 1 or not spans:
+        return ()
+    end = max(e for _, e in spans)
+    starting: dict[int, list[tuple[int, int]]] = {}
+    for s, e in sorted(spans):
+        starting.setdefault(s, []).append((s, e))
+    # best[p]: (largest piece so far, the pieces) over tilings of [0, p) by j pieces, for j = 1..pieces
+    best: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {0: (0, ())}
+    for _ in range(pieces):
+        step: dict[int, tuple[int, tuple[tuple[int, int], ...]]] = {}
+        for p, (largest, path) in best.items():
+            for s, e in starting.get(p, ()):
+                option = (max(largest, e - s), (*path, (s, e)))
+                if e not in step or option < step[e]:
+                    step[e] = option
+        best = step
+    if end not in best:
+        return ()
+    return tuple(spans[span] for span in best[end][1])
