@@ -94,7 +94,7 @@ class ProgressBar:
     milliseconds (onnxruntime) to seconds (Inductor) to profile. Averaging over all of them, a cold
     segformer-b0 said "ETA 28s" at 90% with six minutes of Inductor compiles to go. With `work`
     (done, total of the kind's estimated work), the rate is per unit of work, not per item: Inductor's
-    largest regions come last and take 15-130x a small kernel's time.
+    regions (the whole model first) come last and take 15-130x a small kernel's time.
 
     A count of 0 says the items start now: the bar starts its clock there and prints a line, so the
     first item's time counts. Otherwise the clock starts when the first item ends, which is wrong

@@ -191,9 +191,11 @@ def inductor_regions(cands: CandidateSet, settings: OptimizeSettings) -> list[Ca
     most even tiling of the model by 2 to budget - 1 regions (regions.balanced_tiling: the largest
     piece as small as it can be, then as few pieces as give that); without one, the largest regions.
 
-    Compiling costs about twice the whole model's compile, where the four largest regions cost 3.5-3.75
-    times (near-whole suffixes). segformer-b0 has no single-tensor cut in its decoder, so no tiling's
-    largest piece is under 76% of it: its tiles are 0-23%, 23-24% and 24-100%."""
+    The four largest regions were the whole model and near-whole suffixes, 3.5-3.75 times the model's
+    primitives to compile; the whole model and a tiling are twice them. Cold, Inductor's compiles
+    ahead took 53-54 s instead of 73-75 s on segformer-b0, 34 s instead of 43 s on yolox-nano
+    (BENCHMARKS.md). segformer-b0 has no single-tensor cut in its decoder, so no tiling's largest
+    piece is under 76% of it: its tiles are 0-23%, 23-24% and 24-100%."""
     budget = settings.profile.inductor_region_budget
     largest = sorted(cands.regions, key=lambda c: -c.size)
     tilings = [t for pieces in range(2, budget) if (t := balanced_tiling(cands.regions, pieces))]
