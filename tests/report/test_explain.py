@@ -26,13 +26,16 @@ def test_every_kernel_is_a_chosen_candidate_and_no_rival_beats_it(index: Profile
     for kernel in facts.kernels:
         rivals = index.rivals(kernel.nodes)
         chosen = [r for r in rivals if r.outcome is Outcome.CHOSEN and r.candidate.nodes == kernel.nodes]
-        assert len(chosen) == 1 and chosen[0].cost_s == kernel.cost_s
+        # (this failed once in a loaded full run, its message lost: the messages say what was compared)
+        seen = [(r.backend, r.outcome.value, r.cost_s, r.covering_s, r.extra_nodes, r.candidate.key[:40]) for r in rivals]
+        assert len(chosen) == 1 and chosen[0].cost_s == kernel.cost_s, (kernel.id, kernel.cost_s, seen)
         for r in rivals:
             if r.outcome is Outcome.COSTLIER:
-                assert r.margin_s is not None and r.margin_s > 0 and r.reason.startswith("costlier by")
+                assert r.margin_s is not None and r.margin_s > 0 and r.reason.startswith("costlier by"), \
+                    (kernel.id, r.margin_s, r.reason)
             if r.outcome is Outcome.COSTLIER and r.extra_nodes == 0:
                 # same primitives: the BLP's optimum can only be cheaper (exact comparison)
-                assert r.cost_s is not None and r.cost_s > r.covering_s
+                assert r.cost_s is not None and r.cost_s > r.covering_s, (kernel.id, r.cost_s, r.covering_s, r.reason)
 
 
 def test_explain_node_by_value_and_by_onnx_node(candy_plan: SavedPlan, index: ProfileIndex) -> None:
