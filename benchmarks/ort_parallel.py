@@ -20,7 +20,6 @@ round. Every session's outputs are checked against the sequential one's. Nothing
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import numpy as np
 
@@ -46,7 +45,7 @@ def main() -> None:
     import tempfile
 
     from korch.pipeline import run_fission
-    from korch.profile.timing import measure, side_by_side
+    from korch.profile.timing import measure, paired_ratio, side_by_side
     from korch.verify import random_feeds
 
     t = args.threads
@@ -70,9 +69,9 @@ def main() -> None:
             base = timed["sequential"]
             print(f"{spec} ({t} threads, {args.rounds} rounds)")
             for name, timing in timed.items():
-                ratio = statistics.median(b / a for a, b in zip(base.samples_s, timing.samples_s))
-                print(f"  {name:<14} {timing.median_s * 1e3:8.2f} ms ({timing.p10_s * 1e3:.2f}-{timing.p90_s * 1e3:.2f})"
-                      f"   {ratio:.3f}x sequential's time, round by round")
+                spread = f"{timing.p10_s * 1e3:.2f}-{timing.p90_s * 1e3:.2f}"
+                print(f"  {name:<14} {timing.median_s * 1e3:8.2f} ms ({spread})   "
+                      f"{paired_ratio(base, timing):.3f}x sequential's time, round by round")
 
 
 if __name__ == "__main__":

@@ -260,8 +260,8 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                      if stats.check_remembered else "")),
         ("stages", ", ".join(f"{name} {seconds:.1f} s" for name, seconds in (
             ("load", stats.load_seconds), ("fission", stats.fission_seconds), ("candidates", stats.candidates_seconds),
-            ("calibrate", stats.calibrate_seconds), ("profile", stats.profile_seconds), ("select", stats.select_seconds), ("check", stats.check_seconds),
-            ("optimize", stats.optimize_seconds)))),
+            ("calibrate", stats.calibrate_seconds), ("profile", stats.profile_seconds),
+            ("select", stats.select_seconds), ("check", stats.check_seconds), ("optimize", stats.optimize_seconds)))),
     ]
     if stats.profile_phase_seconds:
         phases = sorted(stats.profile_phase_seconds.items(), key=lambda kv: -kv[1])

@@ -148,7 +148,7 @@ def balanced_tiling(regions: Sequence[Candidate], pieces: int) -> tuple[Candidat
     the other engines. The largest regions are instead the whole model and its near-whole suffixes
     (yolox-nano: 96%, 90% and 89% of it; segformer-b0: 98%, 77%, 77%), 3.5-3.75 times the model's
     primitives to compile, which leave a split plan only a small prefix to give to another engine."""
-    spans = {(c.nodes[0], c.nodes[-1] + 1): c for c in regions if c.nodes == tuple(range(c.nodes[0], c.nodes[-1] + 1))}
+    spans = {(c.nodes[0], c.nodes[-1] + 1): c for c in regions}          # a region is a range of primitives
     if pieces < 1 or not spans:
         return ()
     end = max(e for _, e in spans)

@@ -27,7 +27,8 @@ def test_every_kernel_is_a_chosen_candidate_and_no_rival_beats_it(index: Profile
         rivals = index.rivals(kernel.nodes)
         chosen = [r for r in rivals if r.outcome is Outcome.CHOSEN and r.candidate.nodes == kernel.nodes]
         # (this failed once in a loaded full run, its message lost: the messages say what was compared)
-        seen = [(r.backend, r.outcome.value, r.cost_s, r.covering_s, r.extra_nodes, r.candidate.key[:40]) for r in rivals]
+        seen = [(r.backend, r.outcome.value, r.cost_s, r.covering_s, r.extra_nodes, r.candidate.key[:40])
+                for r in rivals]
         assert len(chosen) == 1 and chosen[0].cost_s == kernel.cost_s, (kernel.id, kernel.cost_s, seen)
         for r in rivals:
             if r.outcome is Outcome.COSTLIER:
