@@ -514,6 +514,31 @@ def test_plans_from_elsewhere_or_damaged_are_refused(db: ProfileDB, tmp_path: Pa
         runtime.load(tmp_path)
 
 
+def test_a_plan_saved_over_itself_keeps_its_constants_file_unless_damaged(db: ProfileDB, tmp_path: Path) -> None:
+    """Saved again where it was (a warm optimize), a plan links its unchanged constants file instead of
+    writing it; a file damaged since (same size, one byte) is not carried over but written anew."""
+    plan, session, _ = optimize(zoo.to_model_proto("candy-mini"), db, ORT_KERNELS_ONLY)
+    target = save_plan(plan, tmp_path / "plan")
+    constants = target / "constants.npz"
+    assert json.loads((target / "constants.json").read_text())["stored"], "the test needs stored constants"
+    inode = constants.stat().st_ino
+    save_plan(plan, target)
+    assert constants.stat().st_ino == inode
+    feeds = random_feeds(plan.graph, seed=3)
+    expected = session.run(None, feeds)
+    for a, b in zip(runtime.load(target).run(None, feeds), expected):
+        np.testing.assert_array_equal(a, b)
+    data = bytearray(constants.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    constants.write_bytes(bytes(data))                      # in place: the same file, damaged
+    with pytest.raises(PlanError, match="constants.npz changed"):
+        load_plan(target, __version__, machine_fingerprint())
+    save_plan(plan, target)
+    assert constants.stat().st_ino != inode
+    for a, b in zip(runtime.load(target).run(None, feeds), expected):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_cli_optimize_run_and_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cache = tmp_path / "cache"
     plan_dir = tmp_path / "plan"

@@ -11,6 +11,7 @@ has its type.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -149,27 +150,32 @@ def load_model(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | 
     return model
 
 
-# Float initializers larger than this leave the model while onnx infers its shapes (below).
-_SHAPELESS_BYTES = 4096
+# Float initializers of more elements than this are given to onnx's shape inference without their bytes (below).
+_SHAPELESS_ELEMENTS = 1024
 
 
 def _infer_shapes(model: onnx.ModelProto) -> None:
-    """onnx's strict shape inference, in place: the value types it infers and the outputs it completes.
+    """onnx's strict shape inference: the value types it infers and the outputs it completes, in place.
 
     onnx serializes the model to infer and parses the result back: 1.8 s of a warm bert-base optimize,
-    most of it copying weights. Large float initializers have their bytes taken out meanwhile: shapes
-    never depend on a float weight's values (shape-like inputs are integer tensors, all kept), only on
-    its declared type and dims, which stay."""
+    most of it copying weights. It is given a copy of the model without the bytes of large float
+    initializers instead: shapes never depend on a float weight's values (shape-like inputs are
+    integer tensors, all kept), only on its declared type and dims, which stay. The copy is built
+    without reading those bytes (reading a bytes field copies it: 0.3 s of gpt2-small's 479 MB)."""
     float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
-    taken = [(t, t.raw_data) for t in model.graph.initializer
-             if t.data_type in float_types and len(t.raw_data) > _SHAPELESS_BYTES]
-    for t, _ in taken:
-        t.ClearField("raw_data")
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-    finally:
-        for t, data in taken:
-            t.raw_data = data
+    light = onnx.ModelProto(ir_version=model.ir_version)
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    graph = light.graph
+    graph.name = model.graph.name
+    for field in ("node", "input", "output", "sparse_initializer"):
+        getattr(graph, field).extend(getattr(model.graph, field))
+    for t in model.graph.initializer:
+        if t.data_type in float_types and t.HasField("raw_data") and math.prod(t.dims) > _SHAPELESS_ELEMENTS:
+            graph.initializer.add(name=t.name, dims=t.dims, data_type=t.data_type)
+        else:
+            graph.initializer.append(t)
+    inferred = onnx.shape_inference.infer_shapes(light, strict_mode=True)
     model.graph.value_info.extend(inferred.graph.value_info)
     for output, typed in zip(model.graph.output, inferred.graph.output):
         output.type.CopyFrom(typed.type)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -145,15 +147,48 @@ class Graph:
             counts[n.klass] += 1
         return counts
 
-    def constants_digest(self) -> str:
-        """SHA-256 of every constant (name, dtype, shape, bytes): what candidate keys leave out, so that
-        two models of one architecture with other weights can be told apart (~0.3 s for 436 MB)."""
+    def constants_digest(self, names: Iterable[str] | None = None) -> str:
+        """SHA-256 over the constants `names` (all of them by default): each one's name and digest
+        (`constant_digest`). What candidate keys leave out, so that two models of one architecture with
+        other weights can be told apart; save_graph also uses it to keep an unchanged constants file."""
+        chosen = sorted(self.constants if names is None else names)
+        digests = self._constant_digests
+        missing = [n for n in chosen if n not in digests]
+        arrays = [self.constants[n] for n in missing]          # (read here: a lazy mapping is not shared)
+        small = [k for k, a in enumerate(arrays) if a.nbytes < _HASH_IN_THREAD_BYTES]
+        large = [k for k, a in enumerate(arrays) if a.nbytes >= _HASH_IN_THREAD_BYTES]
+        for k in small:
+            digests[missing[k]] = constant_digest(arrays[k])
+        if large:       # hashlib lets go of the GIL: the large ones are hashed on every core
+            with ThreadPoolExecutor(max(1, min(len(large), os.cpu_count() or 1))) as pool:
+                for k, digest in zip(large, pool.map(constant_digest, [arrays[k] for k in large])):
+                    digests[missing[k]] = digest
         h = hashlib.sha256()
-        for name in sorted(self.constants):
-            array = np.ascontiguousarray(self.constants[name])
-            h.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
-            h.update(memoryview(array.reshape(-1)).cast("B"))
+        for name in chosen:
+            h.update(f"{name}|{digests[name]}|".encode())
         return h.hexdigest()
+
+    @cached_property
+    def _constant_digests(self) -> dict[str, str]:
+        """Each constant's digest once computed (constants never change: they are read-only)."""
+        return {}
+
+
+# Constants at least this large are hashed on a pool of threads (gpt2-small's 479 MB: 0.9 s -> 0.2 s).
+_HASH_IN_THREAD_BYTES = 1 << 20
+
+
+def constant_digest(array: np.ndarray) -> str:
+    """SHA-256 of an array's dtype, shape and values in row-major order. An array stored column-major
+    (a transposed weight, such as gpt2's tied embedding read as its transpose) is hashed as its
+    transpose, marked as such, instead of copied: equal digests still mean equal arrays."""
+    h = hashlib.sha256(f"{array.dtype.str}|{array.shape}|".encode())
+    if not array.flags.c_contiguous and array.flags.f_contiguous:
+        h.update(b"T|")
+        array = array.T
+    array = np.ascontiguousarray(array)
+    h.update(memoryview(array.reshape(-1)).cast("B"))
+    return h.hexdigest()
 
 
 def _unpickle_graph(name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], nodes: tuple[Node, ...],

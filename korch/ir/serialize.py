@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,16 +159,38 @@ def graph_from_json(data: dict[str, Any], constants: Mapping[str, np.ndarray]) -
                  MappingProxyType(types), MappingProxyType(constants))
 
 
-def save_graph(graph: Graph, directory: Path, mapped: Mapping[str, Mapped] | None = None) -> None:
+def save_graph(graph: Graph, directory: Path, mapped: Mapping[str, Mapped] | None = None,
+               previous: Path | None = None) -> bool:
     """Write graph.json and constants.npz into `directory` (which must exist). `mapped`: constants
-    whose bytes the caller has already written to a file in `directory`, recorded instead of stored."""
+    whose bytes the caller has already written to a file in `directory`, recorded instead of stored.
+    `previous`: an earlier save's directory (a plan being replaced). When its constants.json records
+    the same stored constants (names in order, digest), its constants.npz is hard-linked, not written
+    again (gpt2-small's 479 MB: 1.4 s); the caller checks the linked file is intact. Returns whether it was."""
     mapped = dict(mapped or {})
     (directory / "graph.json").write_text(json.dumps(graph_to_json(graph)))
     names = [n for n in graph.constants if n not in mapped]
-    np.savez(directory / "constants.npz", **{f"c{k}": graph.constants[n] for k, n in enumerate(names)})
+    digest = graph.constants_digest(names)
+    linked = previous is not None and _link_constants(previous, directory, names, digest)
+    if not linked:
+        np.savez(directory / CONSTANTS_FILE, **{f"c{k}": graph.constants[n] for k, n in enumerate(names)})
     (directory / "constants.json").write_text(json.dumps(
-        {"stored": names, "mapped": {n: [m.file, m.offset, m.dtype, list(m.shape), list(m.perm)]
-                                     for n, m in mapped.items()}}))
+        {"stored": names, "digest": digest,
+         "mapped": {n: [m.file, m.offset, m.dtype, list(m.shape), list(m.perm)] for n, m in mapped.items()}}))
+    return linked
+
+
+CONSTANTS_FILE = "constants.npz"
+
+
+def _link_constants(previous: Path, directory: Path, names: list[str], digest: str) -> bool:
+    try:
+        index = json.loads((previous / "constants.json").read_text())
+        if not isinstance(index, dict) or index.get("stored") != names or index.get("digest") != digest:
+            return False
+        os.link(previous / CONSTANTS_FILE, directory / CONSTANTS_FILE)
+    except (OSError, ValueError):               # none there, damaged, or a file system without hard links
+        return False
+    return True
 
 
 def load_graph(directory: Path) -> Graph:
@@ -177,7 +200,7 @@ def load_graph(directory: Path) -> Graph:
     if isinstance(index, list):                    # written before constants could be mapped
         index = {"stored": index, "mapped": {}}
     mapped = {n: _mapped(entry) for n, entry in index["mapped"].items()}
-    return graph_from_json(data, LazyConstants(directory / "constants.npz", index["stored"], mapped))
+    return graph_from_json(data, LazyConstants(directory / CONSTANTS_FILE, index["stored"], mapped))
 
 
 def _mapped(entry: Sequence[Any]) -> Mapped:

@@ -14,7 +14,8 @@ so that loading the plan compiles nothing and needs no compiler.
 Each weight is stored once: a graph constant whose bytes original.weights holds is mapped from there
 (constants.json says where), not copied into constants.npz. manifest.json lists every file with its
 size and SHA-256; a plan whose files do not match it is refused at load, naming the file.
-It is written to a temporary directory beside the target and renamed into place.
+It is written to a temporary directory beside the target and renamed into place; the constants file
+of a plan it replaces is hard-linked, not written again, when no constant changed (a warm optimize).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 from korch.errors import KorchError, OutputError
 from korch.ir.graph import Graph
 from korch.ir.onnx_source import OnnxSource
-from korch.ir.serialize import Mapped, load_graph, save_graph
+from korch.ir.serialize import CONSTANTS_FILE, Mapped, load_graph, save_graph
 from korch.plan.schedule import Schedule, ScheduleError, check_schedule
 
 if TYPE_CHECKING:
@@ -184,14 +185,32 @@ def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | No
         artifacts = _save_kernels(plan, tmp)
         if shared is not None:          # (fission names a weight it keeps as the initializer's name)
             mapped.update(_constants_in(plan.graph, shared, {n: n for n in shared.index}, skip=mapped))
-        save_graph(plan.graph, tmp, mapped)
+        known = _save_graph(plan.graph, tmp, mapped, Path(directory))
         meta = {"format": PLAN_FORMAT, "korch_version": plan.korch_version, "machine": plan.machine,
                 "threads": plan.threads, "steps": [asdict(s) for s in plan.steps], "summary": dict(plan.summary),
                 "models": models, "artifacts": artifacts,
                 "schedule": plan.schedule.to_json() if plan.schedule is not None else None}
         (tmp / "plan.json").write_text(json.dumps(meta, indent=1))
-        _write_manifest(tmp)
+        _write_manifest(tmp, known=known)
     return Path(directory)
+
+
+def _save_graph(graph: Graph, tmp: Path, mapped: dict[str, Mapped], target: Path) -> dict[str, dict[str, Any]]:
+    """save_graph into `tmp`, keeping the constants file of the plan at `target` that it replaces when
+    nothing in it changed (a warm optimize) and the file is still the one that plan's manifest lists.
+    Returns the manifest entry of a kept file (hashed once here, not again for the manifest)."""
+    if not save_graph(graph, tmp, mapped, target if (target / MANIFEST).is_file() else None):
+        return {}
+    entry = _file_entry(tmp / CONSTANTS_FILE)
+    try:
+        listed = json.loads((target / MANIFEST).read_text())["files"][CONSTANTS_FILE]
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = None
+    if listed == entry:
+        return {CONSTANTS_FILE: entry}
+    (tmp / CONSTANTS_FILE).unlink()         # changed or damaged since its plan was written: write it anew
+    save_graph(graph, tmp, mapped)
+    return {}
 
 
 # Files that mark a directory as a korch plan (one plan, or one per shape bucket): only such a
@@ -425,19 +444,24 @@ def _same_bits(x: np.ndarray, y: np.ndarray, block: int = _COMPARE_BLOCK) -> boo
     return True
 
 
-def _write_manifest(directory: Path, skip_dirs: tuple[str, ...] = ()) -> None:
+def _write_manifest(directory: Path, skip_dirs: tuple[str, ...] = (),
+                    known: Mapping[str, dict[str, Any]] | None = None) -> None:
     """MANIFEST: every file of the plan (plan.json included) with its size and SHA-256, so that a
     missing, truncated or edited file is refused at load by name instead of running a different plan.
-    `skip_dirs`: subdirectories with manifests of their own (a bucketed plan's buckets)."""
+    `skip_dirs`: subdirectories with manifests of their own (a bucketed plan's buckets). `known`: the
+    entries of files already hashed."""
     files = {}
     for file in sorted(directory.rglob("*")):
         relative = file.relative_to(directory)
         if not file.is_file() or relative.as_posix() == MANIFEST or relative.parts[0] in skip_dirs:
             continue
-        with open(file, "rb") as f:
-            files[relative.as_posix()] = {"bytes": os.fstat(f.fileno()).st_size,
-                                          "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+        files[relative.as_posix()] = (known or {}).get(relative.as_posix()) or _file_entry(file)
     (directory / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
+
+
+def _file_entry(file: Path) -> dict[str, Any]:
+    with open(file, "rb") as f:
+        return {"bytes": os.fstat(f.fileno()).st_size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
 
 
 def _check_manifest(path: Path) -> None:

@@ -92,3 +92,35 @@ def test_dump_is_stable_text() -> None:
         "}\n"
     )
     assert graph.class_counts()[PrimClass.LAYOUT] == 1
+
+
+def _with_constants(constants: dict[str, np.ndarray]):
+    b = _builder()
+    x = b.add_input("x", TensorType((3, 4), F32))
+    y = x
+    for name, array in constants.items():
+        y = b.emit("add", [y, b.add_constant(array, name=name)])
+    graph = b.build([("y", y)])
+    assert set(graph.constants) == set(constants)
+    return dataclasses.replace(graph, constants=dict(constants))       # (the builder keeps a copy of its own)
+
+
+@pytest.mark.parametrize("where", [0, 5, 11])
+def test_constants_digest_tells_one_changed_value_apart_in_any_layout(where: int) -> None:
+    """Equal digests mean equal constants: one value one ulp away changes the digest, whether the
+    constant is stored row-major, column-major (a transposed weight, hashed without a copy) or
+    strided; an unchanged graph built again keeps it, and a subset has a digest of its own."""
+    rng = np.random.default_rng(where)
+    base = rng.standard_normal((4, 3)).astype(np.float32)
+    layouts = {"c": base.T.copy(), "f": base.T, "strided": np.repeat(base.T, 2, axis=1)[:, ::2]}
+    assert layouts["f"].flags.f_contiguous and not layouts["f"].flags.c_contiguous
+    assert not layouts["strided"].flags.c_contiguous and not layouts["strided"].flags.f_contiguous
+    graph = _with_constants(layouts)
+    assert graph.constants["f"].flags.f_contiguous and not graph.constants["f"].flags.c_contiguous
+    digest = graph.constants_digest()
+    assert _with_constants({k: v.copy(order="K") for k, v in layouts.items()}).constants_digest() == digest
+    assert _with_constants(layouts).constants_digest(["c", "f"]) != digest
+    for name, array in layouts.items():
+        changed = array.copy(order="K")
+        changed.flat[where] = np.nextafter(changed.flat[where], np.float32(np.inf))
+        assert _with_constants({**layouts, name: changed}).constants_digest() != digest, name

@@ -63,3 +63,34 @@ def test_constants_mapped_from_a_file_beside_the_graph(tmp_path: Path) -> None:
     (tmp_path / "constants.json").write_text(json.dumps(index))
     with pytest.raises(ConstantsError, match="constant 'w' lies outside the file"):
         load_graph(tmp_path).constants["w"]
+
+
+def test_an_unchanged_constants_file_is_linked_and_a_changed_one_written_anew(tmp_path: Path) -> None:
+    """Saved over an earlier save of the same constants (a warm optimize), constants.npz is that file,
+    hard-linked; with one value changed, or beside a save that recorded no digest, it is written."""
+    import dataclasses
+    import json
+    import os
+
+    rng = np.random.default_rng(2)
+    b = GraphBuilder("g")
+    x = b.add_input("x", TensorType((2, 3), DType.FLOAT32))
+    w = b.add_constant(rng.standard_normal((3, 4)).astype(np.float32), name="w")
+    graph = check_graph(b.build([("y", b.emit("matmul", [x, w]))]))
+    first, same, changed, unrecorded = (tmp_path / n for n in ("first", "same", "changed", "unrecorded"))
+    for d in (first, same, changed, unrecorded):
+        d.mkdir()
+    assert not save_graph(graph, first)
+    assert save_graph(graph, same, previous=first)
+    assert os.stat(same / "constants.npz").st_ino == os.stat(first / "constants.npz").st_ino
+    weight = graph.constants["w"].copy()
+    weight[2, 1] += 1.0
+    other = dataclasses.replace(graph, constants={"w": weight})
+    assert not save_graph(other, changed, previous=first)
+    assert os.stat(changed / "constants.npz").st_ino != os.stat(first / "constants.npz").st_ino
+    np.testing.assert_array_equal(load_graph(changed).constants["w"], weight)
+    np.testing.assert_array_equal(load_graph(same).constants["w"], graph.constants["w"])
+    index = json.loads((first / "constants.json").read_text())
+    del index["digest"]                                   # as written before digests were recorded
+    (first / "constants.json").write_text(json.dumps(index))
+    assert not save_graph(graph, unrecorded, previous=first)
