@@ -19,7 +19,7 @@ from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.onnx_import import read_model
-from korch.frontend.regions import OnnxSource
+from korch.frontend.regions import OnnxSource, share_weights
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
@@ -245,12 +245,12 @@ def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
     return options, steps
 
 
-def plan_checker(graph: Graph, model: onnx.ModelProto, settings: OptimizeSettings) -> PlanChecker:
+def plan_checker(graph: Graph, source: OnnxSource, settings: OptimizeSettings) -> PlanChecker:
     """Checks plans against onnxruntime on `check_inputs` fresh random inputs, per output, under the
     accuracy policy (korch/settings.py)."""
     policy = settings.accuracy
     seeds = [settings.seed + 1 + k * 1000 for k in range(policy.check_inputs)]
-    return PlanChecker(graph, model, seeds, policy.rtol, policy.tolerance)
+    return PlanChecker(graph, source.model, seeds, policy.rtol, policy.tolerance, source.arrays)
 
 
 def check_plan(plan: Plan, session: Session, checker: PlanChecker) -> PlanCheck:
@@ -270,7 +270,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     machine = machine_fingerprint()
     fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent, strict=settings.strict)
     graph = fissioned.graph
-    onnx_source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+    onnx_source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), graph)
+    fissioned = replace(fissioned, model=onnx_source.model)     # the model with its weights held once, in `graph`
     cands = enumerate_all(graph, settings)
     pools = profile_pools(graph, cands, settings)
     universe = candidate_universe(cands, settings)
@@ -298,7 +299,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     options, steps = build_options(graph, cands, profiled, settings)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
-    checker = plan_checker(graph, fissioned.model, settings)
+    checker = plan_checker(graph, onnx_source, settings)
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker,
                                   weights)
     select_seconds = time.perf_counter() - t0

@@ -48,13 +48,18 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
-def onnxruntime_runner(model: onnx.ModelProto, threads: int = 0) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
-    """One onnxruntime session over `model`, as a function feeds -> {output name: array}."""
+def onnxruntime_runner(model: onnx.ModelProto, threads: int = 0, shared: Mapping[str, np.ndarray] | None = None,
+                       ) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
+    """One onnxruntime session over `model`, as a function feeds -> {output name: array}. `shared`:
+    the data of the model's stand-in initializers, by name (OnnxSource.arrays)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
+    if shared:
+        names = list(shared)
+        options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(shared[n]) for n in names])
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}
@@ -65,8 +70,9 @@ def onnxruntime_runner(model: onnx.ModelProto, threads: int = 0) -> Callable[[Ma
     return run
 
 
-def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int = 0) -> dict[str, np.ndarray]:
-    return onnxruntime_runner(model, threads)(feeds)
+def run_onnxruntime(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], threads: int = 0,
+                    shared: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    return onnxruntime_runner(model, threads, shared)(feeds)
 
 
 @dataclass(frozen=True)
@@ -165,11 +171,12 @@ def verify_graph(model: onnx.ModelProto, graph: Graph, seed: int = 0, rtol: floa
 
 
 def fp32_errors(model: onnx.ModelProto, graph: Graph, feeds: Mapping[str, np.ndarray],
-                expected: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
+                expected: Mapping[str, np.ndarray] | None = None,
+                shared: Mapping[str, np.ndarray] | None = None) -> dict[str, float]:
     """Per output, onnxruntime's own error against korch's float64-accumulating reference: how far
     fp32 rounding alone takes a good engine from exact on this model and these inputs.
-    `expected`: onnxruntime's outputs when the caller already has them."""
-    expected = run_onnxruntime(model, feeds) if expected is None else expected
+    `expected`: onnxruntime's outputs when the caller already has them. `shared`: as onnxruntime_runner's."""
+    expected = run_onnxruntime(model, feeds, shared=shared) if expected is None else expected
     return {d.name: d.rel for d in diff_outputs(expected, run_graph(graph, feeds))}
 
 
@@ -266,8 +273,10 @@ class PlanChecker:
     against that reference on those inputs (OutputCheck)."""
 
     def __init__(self, graph: Graph, model: onnx.ModelProto, seeds: Sequence[int], rtol: float,
-                 tolerance: Callable[[float], float]) -> None:
+                 tolerance: Callable[[float], float], shared: Mapping[str, np.ndarray] | None = None) -> None:
+        """`shared`: the data of the model's stand-in initializers (OnnxSource.arrays)."""
         self.graph, self.model, self.seeds, self.rtol, self.tolerance = graph, model, tuple(seeds), rtol, tolerance
+        self.shared = shared
         self._feeds: dict[int, dict[str, np.ndarray]] = {}
         self._expected: dict[int, dict[str, np.ndarray]] = {}
         self._exact: dict[int, dict[str, np.ndarray]] = {}
@@ -282,7 +291,7 @@ class PlanChecker:
             # Every seed's outputs in one go, and the session goes with this call: kept for later
             # plans, a whole-model session held the model's weights again (and its packed copies)
             # through all of measured selection, when optimize's memory peaks.
-            run = onnxruntime_runner(self.model)
+            run = onnxruntime_runner(self.model, shared=self.shared)
             for s in dict.fromkeys((*self.seeds, seed)):
                 if s not in self._expected:
                     self._expected[s] = run(self.feeds(s))

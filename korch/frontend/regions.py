@@ -19,7 +19,7 @@ from korch.candidates import Candidate
 from korch.frontend.engines import node_key
 from korch.ir.graph import OUTPUT_COPY, Graph
 from korch.ir.onnx_export import value_info
-from korch.ir.onnx_source import OnnxSource
+from korch.ir.onnx_source import OnnxSource, copy_fields
 
 # A folded value at least this large is weight data, worth leaving to the engine to fold (see
 # _weight_preprocessing); smaller ones (shapes, scalars) are embedded. The bound at which a saved plan
@@ -75,6 +75,26 @@ def _shareable(tensor: onnx.TensorProto, prim: str | None, constants: Mapping[st
             and array.dtype == helper.tensor_dtype_to_np_dtype(tensor.data_type))
 
 
+def share_weights(source: OnnxSource, graph: Graph) -> OnnxSource:
+    """The source with each initializer that is one of the primitive graph's constants (the same
+    tensor: `_shareable`) held as a stand-in at SHARED_LOCATION, its data the graph's array
+    (OnnxSource.arrays): the model no longer holds a second copy of the weights while korch optimizes
+    it (gpt2-small: 313 MB). Regions hand those arrays to the engines that share weights and embed
+    them for the others; onnxruntime's reference runs and saved plans read them from `arrays` too.
+    The copy is made field by field, without reading a stand-in's bytes."""
+    model = copy_fields(source.model, onnx.ModelProto(), skip=("graph",))
+    copy_fields(source.model.graph, model.graph, skip=("initializer",))
+    arrays = dict(source.arrays)
+    for tensor in source.model.graph.initializer:
+        prim = source.value_map.get(tensor.name)
+        if not is_shared(tensor) and _shareable(tensor, prim, graph.constants):
+            arrays[tensor.name] = graph.constants[prim]
+            model.graph.initializer.append(shared_initializer(tensor.name, arrays[tensor.name]))
+        else:
+            model.graph.initializer.append(tensor)
+    return OnnxSource(model, source.value_map, source.weights_dir, arrays)
+
+
 def _region(source: OnnxSource, graph: Graph, candidate: Candidate,
             share: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     wanted = set(candidate.onnx_nodes) - {OUTPUT_COPY}
@@ -110,7 +130,14 @@ def _region(source: OnnxSource, graph: Graph, candidate: Candidate,
                 continue
             prim = source.value_map.get(name)
             if name in initializers:
-                if share and _shareable(initializers[name], prim, graph.constants):
+                if is_shared(initializers[name]):            # a stand-in (share_weights): the data is the source's
+                    array = source.arrays[name]
+                    if share:
+                        shared[name] = array
+                        new_initializers.append(initializers[name])
+                    else:
+                        new_initializers.append(numpy_helper.from_array(array, name))
+                elif share and _shareable(initializers[name], prim, graph.constants):
                     shared[name] = graph.constants[prim]
                     new_initializers.append(shared_initializer(name, shared[name]))
                 else:

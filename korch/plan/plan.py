@@ -36,13 +36,12 @@ import numpy as np
 
 from korch.errors import KorchError, OutputError
 from korch.ir.graph import Graph
-from korch.ir.onnx_source import OnnxSource
+from korch.ir.onnx_source import OnnxSource, copy_fields
 from korch.ir.serialize import CONSTANTS_FILE, Mapped, load_graph, save_graph
 from korch.plan.schedule import Schedule, ScheduleError, check_schedule
 
 if TYPE_CHECKING:
     import onnx
-    from google.protobuf.message import Message
 
 PLAN_FORMAT = 4
 WEIGHTS_FILE = "original.weights"
@@ -528,22 +527,26 @@ def _save_source(source: OnnxSource, directory: Path) -> OnnxSource:
     import onnx
     from onnx import numpy_helper
 
+    from korch.frontend.regions import is_shared
+
     mappable = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
                 onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
                 onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
-    model = _copy_fields(source.model, onnx.ModelProto(), skip=("graph",))
-    _copy_fields(source.model.graph, model.graph, skip=("initializer",))
+    model = copy_fields(source.model, onnx.ModelProto(), skip=("graph",))
+    copy_fields(source.model.graph, model.graph, skip=("initializer",))
     offset = 0
     with open(directory / WEIGHTS_FILE, "wb") as f:
         for original in source.model.graph.initializer:
-            if original.data_location == onnx.TensorProto.EXTERNAL:
+            if is_shared(original):
+                array = source.arrays[original.name]                        # (regions.share_weights)
+            elif original.data_location == onnx.TensorProto.EXTERNAL:
                 array = _read_external(original, source.weights_dir)      # a loaded plan, saved again
             elif original.data_type in mappable and _value_bytes(original) >= EXTERNAL_MIN_BYTES:
                 array = numpy_helper.to_array(original)
             else:
                 model.graph.initializer.add().CopyFrom(original)
                 continue
-            tensor = _copy_fields(original, model.graph.initializer.add(), skip=_TENSOR_DATA + ("external_data",))
+            tensor = copy_fields(original, model.graph.initializer.add(), skip=_TENSOR_DATA + ("external_data",))
             pad = -offset % WEIGHTS_ALIGN
             f.write(b"\0" * pad)
             offset += pad
@@ -562,22 +565,6 @@ def _save_source(source: OnnxSource, directory: Path) -> OnnxSource:
 
 # The fields of a TensorProto that hold its values (string_data is never moved out).
 _TENSOR_DATA = ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data")
-
-
-def _copy_fields(source: Message, target: Message, skip: tuple[str, ...]) -> Message:
-    """`target` given every field `source` has set, except those named in `skip`; returns `target`."""
-    from google.protobuf.message import Message
-
-    for descriptor, value in source.ListFields():
-        if descriptor.name in skip:
-            continue
-        if isinstance(value, Message):
-            getattr(target, descriptor.name).CopyFrom(value)
-        elif isinstance(value, (bytes, str, int, float)):       # a scalar (bool and enums are ints)
-            setattr(target, descriptor.name, value)
-        else:                                                    # a repeated field
-            getattr(target, descriptor.name).extend(value)
-    return target
 
 
 def _value_bytes(tensor: onnx.TensorProto) -> int:

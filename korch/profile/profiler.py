@@ -155,7 +155,7 @@ def _model_fp32_error(graph: Graph, source: OnnxSource | None, feeds: Mapping[st
             return known.error
     if source is None:
         return None
-    return max(fp32_errors(source.model, graph, feeds).values(), default=0.0)
+    return max(fp32_errors(source.model, graph, feeds, shared=source.arrays).values(), default=0.0)
 
 
 # Called with (candidate key, backend, kernel, the graph it was compiled from): plan/store.py's

@@ -59,3 +59,52 @@ def test_a_large_folded_weight_is_left_to_the_engine_a_folded_shape_value_is_emb
     got = dict(zip(whole.outputs, kernel.run([feeds[i] for i in whole.inputs])))
     for diff in diff_outputs(got, run_onnxruntime(model, feeds)):
         assert diff.rel <= RTOL, f"{diff} (seed {seed})"
+
+
+def _two_layers(seed: int) -> onnx.ModelProto:
+    """y = relu(x @ w1 + b) @ w2: two weights fission keeps as the same tensors, one small bias."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+             for name, shape in (("w1", (64, 48)), ("b", (48,)), ("w2", (48, 16)))]
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("MatMul", ["x", "w1"], ["h"], name="mm1"), n("Add", ["h", "b"], ["hb"], name="add"),
+         n("Relu", ["hb"], ["r"], name="relu"), n("MatMul", ["r", "w2"], ["y"], name="mm2")],
+        "two", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 16])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    return model
+
+
+def test_a_source_sharing_the_graphs_weights_holds_them_once_and_computes_the_same() -> None:
+    """share_weights: the weights become stand-ins whose data is the graph's own arrays (not copies);
+    onnxruntime given them, a region cut for an engine that shares weights and one that embeds them
+    all compute what the original model does, on fresh random inputs."""
+    from korch.frontend.regions import is_shared, region_model_sharing, share_weights
+
+    seed = int(np.random.default_rng().integers(2**31))
+    model = _two_layers(seed)
+    fissioned = run_fission(model)
+    graph = fissioned.graph
+    source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), graph)
+    stand_ins = {t.name for t in source.model.graph.initializer if is_shared(t)}
+    assert stand_ins == {"w1", "w2"} == set(source.arrays), "the weights, not the small bias"
+    for name in stand_ins:
+        assert any(source.arrays[name] is a for a in graph.constants.values()), f"{name} is not the graph's array"
+    assert not any(t.HasField("raw_data") for t in source.model.graph.initializer if is_shared(t))
+    assert source.model.ByteSize() < 0.1 * model.ByteSize()            # (the weights are 97% of the model)
+
+    feeds = random_feeds(graph, seed)
+    expected = run_onnxruntime(model, feeds)
+    for diff in diff_outputs(run_onnxruntime(source.model, feeds, shared=source.arrays), expected):
+        assert diff.rel <= RTOL, f"{diff} (seed {seed})"
+    whole = next(r for r in region_candidates(graph, RegionLimits()) if r.size == len(graph.nodes))
+    embedded = region_model(source, graph, whole)
+    assert not any(is_shared(t) for t in embedded.graph.initializer)
+    sharing, arrays = region_model_sharing(source, graph, whole)
+    assert set(arrays) == stand_ins
+    for region, shared in ((embedded, None), (sharing, arrays)):
+        got = run_onnxruntime(region, {i: feeds[i] for i in whole.inputs}, shared=shared)
+        for diff in diff_outputs({o: got[o] for o in whole.outputs}, expected):
+            assert diff.rel <= RTOL, f"{diff} (seed {seed})"

@@ -135,8 +135,8 @@ def test_plan_checker_runs_onnxruntime_once_for_all_plans_and_keeps_no_session(m
     made, original = [], verify.onnxruntime_runner
     plan = original(model)          # the "plan" checked: onnxruntime itself, made before counting
 
-    def runner(m, threads=0):
-        run = original(m, threads)
+    def runner(m, threads=0, shared=None):
+        run = original(m, threads, shared)
         made.append(weakref.ref(run))
         return run
 
