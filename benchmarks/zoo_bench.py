@@ -99,8 +99,17 @@ def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
     result = json.loads(result_json.read_text())
     result.update(cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss),
                   optimize_tree_peak_mb=max(cold_tree, warm_tree),
-                  cold_stages_s=cold_stages)
+                  cold_stages_s=cold_stages, predicted_ms=_predicted(work / "plan"))
     return result
+
+
+def _predicted(plan: Path) -> float | None:
+    """The predicted time of the plan the bench ran, from its summary (the warm optimize's)."""
+    try:
+        value = (json.loads((plan / "plan.json").read_text()).get("summary") or {}).get("predicted_ms")
+    except (OSError, ValueError):
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 STAGES = ("load", "calibrate", "profile", "select", "optimize")
@@ -163,6 +172,20 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def predicted_table(results: list[dict]) -> str:
+    """The kept plan's predicted time (its summary) against korch's median in the bench."""
+    head = "| model | threads | kernels by backend | predicted ms | measured ms | measured / predicted |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        if "error" in r or not r.get("predicted_ms"):
+            continue
+        measured = r["systems"]["korch"]["median_ms"]
+        lines.append(f"| {r['model']} | {r['threads']} | "
+                     f"{', '.join(f'{k} {v}' for k, v in sorted(r['kernels_by_backend'].items()))} | "
+                     f"{r['predicted_ms']:.2f} | {measured:.2f} | {measured / r['predicted_ms']:.3f} |")
+    return "\n".join(lines)
+
+
 def stages_table(results: list[dict]) -> str:
     """Where each cold optimize spent its time, by stage (as its plan's summary says)."""
     head = "| model | threads | cold optimize s | " + " | ".join(f"{s} s" for s in STAGES) + " |"
@@ -201,7 +224,12 @@ def main() -> int:
 
     print(f"Machine: {machine_fingerprint()}, Python {platform.python_version()}; "
           f"run on {date.today().isoformat()}\n")
+    for r in results:                  # (runs before predicted_ms was recorded: the plan is still there)
+        if "error" not in r and "predicted_ms" not in r:
+            r["predicted_ms"] = _predicted(out / f"{r['model']}-t{r['threads']}" / "plan")
     print(table(results))
+    print()
+    print(predicted_table(results))
     print()
     print(stages_table(results))
     return 0
