@@ -8,8 +8,9 @@ empty Inductor cache (as on a machine that never compiled them), three ways:
 
 - workers 0: compiled one after another in the process, as the profiler does without workers;
 - workers W >= 1: compiled ahead by korch's profile/ahead.py in W worker processes (the largest
-  first, those in flight holding at most ProfileSettings.compile_ahead_bytes of constants between
-  them), then each loaded in the process, as the profiler does with them.
+  first), then each loaded in the process, as the profiler does with them; a kernel with more
+  constant bytes than ProfileSettings.compile_ahead_max_bytes is compiled in the process, as the
+  profiler does.
 
 Prints the wall time until every kernel is runnable in the process (workers' start-up, compiles
 and loads included), and how many were compiled ahead and loaded. The ways run one after another
@@ -52,10 +53,11 @@ def one(model: str, cache: str | None, threads: int, workers: int) -> dict:
         for sub in subs:
             backend.compile(sub, options)
     else:
-        jobs = [AheadJob((c.key, "inductor"), sub, options, job_work(c.size), constant_bytes(sub))
-                for c, sub in zip(cands, subs)]
+        bound = settings.profile.compile_ahead_max_bytes      # larger ones the profiler compiles in place
+        jobs = [AheadJob((c.key, "inductor"), sub, options, job_work(c.size)) for c, sub in zip(cands, subs)
+                if constant_bytes(sub) <= bound]
         with tempfile.TemporaryDirectory() as tmp:
-            ahead = compile_ahead(jobs, workers, Path(tmp), max_bytes=settings.profile.compile_ahead_bytes)
+            ahead = compile_ahead(jobs, workers, Path(tmp))
             for c, sub in zip(cands, subs):
                 saved = ahead.saved.get((c.key, "inductor"))
                 if saved is not None:

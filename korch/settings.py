@@ -126,9 +126,9 @@ class ProfileSettings:
     # 476 primitives counts 22): a worker takes seconds to start (importing torch), and Inductor's 4 largest
     # regions of yolox-nano, profiled alone after the other backends, took 94.6 s compiled in place.
     compile_ahead_min_work: float = 6.0
-    # The most constant bytes the kernels compiling ahead at once may hold (a worker holds its own copy
-    # of its kernel's): a kernel with more compiles ahead alone (profile/ahead.py).
-    compile_ahead_bytes: int = 64 << 20
+    # A kernel with more constant bytes than this is compiled where it is timed: a worker holds its
+    # own copy of them while compiling, and two such copies would raise the optimize's peak memory.
+    compile_ahead_max_bytes: int = 64 << 20
     # Kernels of a backend whose compiles run beside each other in threads (Backend.compiles_in_threads:
     # OpenVINO) are compiled this many at a time, a window of up to `compile_window` kernels (holding
     # at most `compile_window_bytes` of constants between them) before any of the window is timed, so

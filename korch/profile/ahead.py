@@ -14,13 +14,9 @@ where compiling them in place took 123.0 s, segformer-b0's in 143.1 s against 17
 (benchmarks/compile_ahead.py, BENCHMARKS.md).
 
 Nothing here decides what a kernel is: a job a worker could not compile or save (or a worker that
-died) is simply compiled by the profiler as before, which stores whatever failure it meets.
-
-A worker holds its own copy of its kernel's constants while it compiles, so the jobs in flight hold
-at most `max_bytes` of constants between them (`ProfileSettings.compile_ahead_bytes`); a larger job
-compiles alone, the other workers waiting. A whole model goes ahead too: compiled in the profiler's
-process, gpt2-small's left that process 850 MB larger where its saved kernel, loaded, adds 500 MB,
-and 170 MB more once dropped; and its 20 s compile kept the second core idle.
+died) is simply compiled by the profiler as before, which stores whatever failure it meets. A
+kernel whose constants are larger than `ProfileSettings.compile_ahead_max_bytes` is compiled by the
+profiler too: a worker holds its own copy of them while it compiles.
 
 Workers are `python -m korch.profile.ahead` processes, not multiprocessing's: those start by
 importing the caller's main module again, which runs the script of a user who calls
@@ -59,7 +55,6 @@ class AheadJob:
     graph: Graph                   # the candidate's standalone graph, as the backend compiles it
     options: CompileOptions
     work: float                    # its estimated compile work (profiler.job_work): the largest first
-    bytes: int = 0                 # its constants' bytes, which the worker holds a copy of (constant_bytes)
 
 
 @dataclass(frozen=True)
@@ -94,12 +89,9 @@ def constant_bytes(graph: Graph) -> int:
 
 
 def compile_ahead(jobs: Sequence[AheadJob], workers: int, directory: Path,
-                  progress: Callable[[int, int, float, float], None] | None = None,
-                  max_bytes: int | None = None) -> Ahead:
+                  progress: Callable[[int, int, float, float], None] | None = None) -> Ahead:
     """Compile and save every job's kernel in `workers` processes (at most one per job) into
     `directory` (the caller's, e.g. `scratch_directory()`). Returns when every job is done or failed.
-    The largest job goes first, and each worker that is free takes the next whose constants fit in
-    what `max_bytes` leaves beside the jobs in flight (None: no bound; a job beyond it runs alone).
     `progress(done, total, work done, work in all)` is called with done 0 as the workers start, then
     as each job ends."""
     t0 = time.perf_counter()
@@ -111,62 +103,41 @@ def compile_ahead(jobs: Sequence[AheadJob], workers: int, directory: Path,
     saved: dict[tuple[str, str], Path] = {}
     failures: list[str] = []
     pool = [_Worker(directory, n) for n in range(min(workers, len(jobs)))]
-    idle = list(pool)                 # alive, without a job
     selector = selectors.DefaultSelector()
-
-    def held() -> int:
-        return sum(jobs[w.job].bytes for w in pool if w.job is not None)
-
-    def dispatch() -> None:
-        """Give each idle worker the next job that fits; with nothing left, let it go."""
-        for worker in list(idle):
-            if not todo:
-                worker.give(None)
-                selector.unregister(worker.out)
-            else:
-                busy = any(w.job is not None for w in pool)
-                room = None if max_bytes is None or not busy else max_bytes - held()
-                k = next((k for k in todo if room is None or jobs[k].bytes <= room), None)
-                if k is None:
-                    continue                          # waits for a job in flight to end
-                todo.remove(k)
-                worker.give(k)
-            idle.remove(worker)
-
     try:
         for worker in pool:
             selector.register(worker.out, selectors.EVENT_READ, worker)
-        dispatch()
+            worker.give(todo.pop(0) if todo else None)
+        busy = sum(w.job is not None for w in pool)
         done, work, total_work = 0, 0.0, sum(j.work for j in jobs)
         if progress is not None:
             progress(0, len(jobs), 0.0, total_work)
-        while any(w.job is not None for w in pool):
+        while busy:
             for event, _ in selector.select():
                 worker: _Worker = event.data
                 line = worker.out.readline()
                 job = worker.job
-                if job is None:                       # it died waiting for a job
-                    selector.unregister(worker.out)
-                    idle.remove(worker)
-                    continue
-                worker.job = None
+                assert job is not None
                 done, work = done + 1, work + jobs[job].work
                 if progress is not None:
                     progress(done, len(jobs), work, total_work)
                 if not line:                          # the worker died mid-job
                     selector.unregister(worker.out)
+                    busy -= 1
                     failures.append(f"worker {worker.number} exited with {worker.wait()} compiling "
                                     f"{jobs[job].pair[1]} {jobs[job].pair[0][:12]}{worker.stderr_tail()}")
+                    continue
+                answer = json.loads(line)
+                if answer.get("saved"):
+                    saved[jobs[job].pair] = directory / f"kernel{job}"
                 else:
-                    answer = json.loads(line)
-                    if answer.get("saved"):
-                        saved[jobs[job].pair] = directory / f"kernel{job}"
-                    else:
-                        failures.append(f"{jobs[job].pair[1]} {jobs[job].pair[0][:12]}: {answer.get('reason')}")
-                    idle.append(worker)
-                dispatch()
-        for k in todo:                                # (every worker died)
-            failures.append(f"{jobs[k].pair[1]} {jobs[k].pair[0][:12]}: no worker left")
+                    failures.append(f"{jobs[job].pair[1]} {jobs[job].pair[0][:12]}: {answer.get('reason')}")
+                if todo:
+                    worker.give(todo.pop(0))
+                else:
+                    worker.give(None)
+                    selector.unregister(worker.out)
+                    busy -= 1
     finally:
         selector.close()
         for worker in pool:

@@ -478,11 +478,10 @@ def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, s
         if not backend.compiles_ahead or _from_onnx(job.candidate, backend, source):
             continue
         sub = extract_subgraph(graph, job.candidate)
-        if backend.supports(sub) is not None:
+        if constant_bytes(sub) > settings.compile_ahead_max_bytes or backend.supports(sub) is not None:
             continue
         mine = replace(options, runs_alone=True) if job.candidate.size == whole else options
-        todo.append(AheadJob((job.candidate.key, job.backend), sub, mine, job_work(job.candidate.size),
-                             constant_bytes(sub)))
+        todo.append(AheadJob((job.candidate.key, job.backend), sub, mine, job_work(job.candidate.size)))
     if sum(job.work for job in todo) < settings.compile_ahead_min_work:
         return None
     log.info("profile: compiling %d kernel(s) ahead in %d worker processes", len(todo), settings.compile_workers)
@@ -490,7 +489,7 @@ def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, s
     def told(done: int, total: int, work: float, all_work: float) -> None:
         if progress is not None:
             progress(done, total, "compiling ahead", (done, total), (work, all_work))
-    ahead = compile_ahead(todo, settings.compile_workers, scratch_directory(), told, settings.compile_ahead_bytes)
+    ahead = compile_ahead(todo, settings.compile_workers, scratch_directory(), told)
     log.info("profile: compiled %d of %d kernel(s) ahead in %.1f s", len(ahead.saved), len(todo), ahead.seconds)
     return ahead
 

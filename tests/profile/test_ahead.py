@@ -105,43 +105,6 @@ def test_a_worker_that_dies_leaves_its_job_undone_and_the_other_goes_on(tmp_path
     assert all((path / "artifact.json").is_file() for path in ahead.saved.values())
 
 
-class _Stint:
-    """Unpickled in a worker, it logs when it starts and ends, a moment apart (then, being no graph,
-    its compile fails): which jobs ran at the same time."""
-
-    def __init__(self, log: Path, name: str) -> None:
-        self.log, self.name = log, name
-
-    def __reduce__(self):
-        code = ("import time\n"
-                f"with open({str(self.log)!r}, 'a') as f: f.write('{self.name} start %r\\n' % time.time())\n"
-                "time.sleep(0.4)\n"
-                f"with open({str(self.log)!r}, 'a') as f: f.write('{self.name} end %r\\n' % time.time())\n")
-        return exec, (code,)
-
-
-def test_jobs_in_flight_hold_no_more_constants_than_the_bound(tmp_path: Path) -> None:
-    """With 150 bytes for jobs in flight: the 400-byte job runs alone, the two of 100 never together,
-    and a 10-byte job runs beside a 100-byte one (a worker waits only while nothing fits)."""
-    log = tmp_path / "stints.log"
-    sizes = {"e": (400, 20.0), "a": (100, 10.0), "b": (100, 9.0), "c": (10, 8.0), "d": (10, 7.0)}
-    jobs = [AheadJob((name, "inductor"), _Stint(log, name), CompileOptions(threads=1),  # type: ignore[arg-type]
-                     work, size) for name, (size, work) in sizes.items()]
-    ahead = compile_ahead(jobs, 2, tmp_path, max_bytes=150)
-    assert ahead.failed == len(jobs) and not ahead.saved
-    spans: dict[str, list[float]] = {}
-    for line in log.read_text().splitlines():
-        name, _, at = line.split()
-        spans.setdefault(name, []).append(float(at))
-    assert set(spans) == set(sizes) and all(len(s) == 2 for s in spans.values()), spans
-
-    def overlap(x: str, y: str) -> bool:
-        return spans[x][0] < spans[y][1] and spans[y][0] < spans[x][1]
-    assert not any(overlap("e", other) for other in "abcd"), spans
-    assert not overlap("a", "b"), spans
-    assert overlap("a", "c") or overlap("a", "d") or overlap("b", "c") or overlap("b", "d"), spans
-
-
 def test_a_loaded_kernel_saved_again_is_the_files_it_was_loaded_from(tmp_path: Path) -> None:
     """The profiler keeps a whole-model kernel compiled ahead (a loaded kernel) in its kernel store:
     saving it again copies its files. Its code holds stand-ins for weights packed at load, which the
