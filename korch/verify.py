@@ -58,8 +58,9 @@ def onnxruntime_runner(model: onnx.ModelProto, threads: int = 0, shared: Mapping
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
     if shared:
-        names = list(shared)
-        options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(shared[n]) for n in names])
+        from korch.backends.onnxruntime import add_shared_initializers
+
+        add_shared_initializers(options, shared)
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}

@@ -89,11 +89,17 @@ def make_session(model: onnx.ModelProto | bytes | str, threads: int, stop_spinni
         options.add_session_config_entry("session.intra_op_thread_affinities",
                                          ";".join(str(cpu + 1) for cpu in worker_cpus))   # numbered from 1
     if shared:
-        names = list(shared)
-        options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(shared[n]) for n in names])
+        add_shared_initializers(options, shared)
     # a path or serialized bytes go to onnxruntime as they are: nothing here parses them
     source = model if isinstance(model, (str, bytes)) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def add_shared_initializers(options: ort.SessionOptions, shared: Mapping[str, np.ndarray]) -> None:
+    """Give a session the data of its model's initializers at regions.SHARED_LOCATION, by name:
+    onnxruntime copies each once as it loads, and nothing serialises them."""
+    names = list(shared)
+    options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(shared[n]) for n in names])
 
 
 class OnnxRuntimeKernel(Kernel):
