@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from korch.errors import KorchError, ShapeError, UsageError, VerificationError
+from korch.logs import ElapsedFormatter
 
 log = logging.getLogger("korch.cli")
 
@@ -496,8 +497,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING
     # -v is korch's stage log; other libraries (onnxscript, torch) stay at warnings, or they flood it.
-    logging.basicConfig(level=max(level, logging.WARNING) if not args.quiet else level,
-                        format="%(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(ElapsedFormatter() if args.verbose else logging.Formatter("%(name)s: %(message)s"))
+    # (a no-op when the root logger has handlers already: korch used as a library, or under pytest)
+    logging.basicConfig(level=max(level, logging.WARNING) if not args.quiet else level, handlers=[handler])
     logging.getLogger("korch").setLevel(level)
     try:
         return args.run(args)

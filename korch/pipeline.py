@@ -24,7 +24,7 @@ from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
 from korch.plan.buckets import Bucket, BucketedPlan, declared
-from korch.plan.store import keep_kernels, keep_whole_model
+from korch.plan.store import keep_compiled, keep_kernels
 from korch.profile.boundaries import boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile, profile_last, profiled_last
@@ -283,7 +283,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     t0 = time.perf_counter()
     weights = graph.constants_digest()
     kept_for_s = settings.kept_kernel_days * 86400
-    keep = keep_whole_model(db.path.parent, machine, weights, settings.threads, kept_for_s)
+    keep = keep_compiled(db.path.parent, machine, weights, settings.threads, kept_for_s)
 
     def boundary(producer: str, consumer: str, value: str) -> float:
         return boundaries.cost(producer, consumer, graph.types[value])

@@ -58,6 +58,13 @@ class ProfileSettings:
     # Regions compiled by Inductor take seconds to a minute each: at most this many, the whole graph
     # first, then an even tiling of it (pipeline.inductor_regions).
     inductor_region_budget: int = 4
+    # A kernel accepted and timed is kept compiled in the cache (plan/store.py) if it is a whole model,
+    # was compiled ahead in a worker (profile/ahead.py) or compiling it took at least this long, so
+    # that selection loads it when a split plan uses it.
+    # vit-b16's first split plan held two Inductor tiles profiled minutes before: compiling them again
+    # took 12 of the 53 s its selection ran. A small kernel compiles in about a second and is rarely in
+    # a split plan; keeping one costs a save of its code.
+    keep_compiled_s: float = 2.0
     # Guided profiling (korch/profile/guided.py): a backend whose cost model has learned from this
     # machine's profiles is profiled only where the BLP, given each unmeasured kernel its predicted
     # time x `guide_optimism`, would choose it; the budgets above then do not apply to it.

@@ -121,3 +121,13 @@ def test_version_names_korch_and_each_engine(capsys: pytest.CaptureFixture[str])
     assert text.startswith(f"korch {version('korch')} (code {code_version()});")
     for name in ("onnxruntime", "openvino", "torch", "onnx", "numpy"):
         assert f"{name} {version(name)}" in text
+
+
+def test_the_verbose_log_says_when_each_line_happened() -> None:
+    import logging
+
+    from korch.logs import ElapsedFormatter
+
+    record = logging.LogRecord("korch.select", logging.INFO, __file__, 1, "side by side: %s", ("x",), None)
+    record.relativeCreated = 41_870.0
+    assert ElapsedFormatter().format(record) == "   41.9s korch.select: side by side: x"

@@ -89,10 +89,11 @@ def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: 
     return replace(plan, artifacts=artifacts)
 
 
-def keep_whole_model(cache_dir: Path, machine: str, weights: str, threads: int, max_age_s: float
-                     ) -> Callable[[str, str, object, Graph], None]:
-    """A profiler's `keep` (profile/profiler.py): stores a whole-model kernel it compiled and timed,
-    so that selection, which compiles each engine's whole model again for its duels, loads it."""
+def keep_compiled(cache_dir: Path, machine: str, weights: str, threads: int, max_age_s: float
+                  ) -> Callable[[str, str, object, Graph], None]:
+    """A profiler's `keep` (profile/profiler.py): stores a kernel it compiled and timed (each engine's
+    whole model, and any kernel slow to compile), so that selection, which compiles the whole models
+    again for its duels and the kernels of each split plan it times, loads it."""
     def keep(key: str, backend: str, kernel: object, graph: Graph) -> None:
         if get_backend(backend).saves_kernels:
             entry = _entry(cache_dir, machine, backend, key, threads, weights)

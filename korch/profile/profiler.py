@@ -159,7 +159,8 @@ def _model_fp32_error(graph: Graph, source: OnnxSource | None, feeds: Mapping[st
 
 
 # Called with (candidate key, backend, kernel, the graph it was compiled from): plan/store.py's
-# keep_whole_model keeps an engine's whole-model kernel compiled for selection to load.
+# keep_compiled keeps a kernel that was slow to compile (each engine's whole model among them) for
+# selection to load.
 KeepKernel = Callable[[str, str, Kernel, Graph], None]
 
 
@@ -174,7 +175,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     Stored records are reused. A kernel is accepted when it is within the accuracy policy's tolerance
     of the reference, given onnxruntime's own fp32 error on this model (`fp32_error` when the caller
     knows it, else computed only when some kernel's acceptance depends on it). `keep` is handed each
-    whole-model kernel accepted and timed, before it is dropped (selection compiles those again).
+    kernel accepted and timed that is a whole model, was compiled ahead or took
+    `settings.keep_compiled_s` to compile, before it is dropped (selection loads those from the store).
 
     Kernels timed while the machine ran slow are timed again (korch/profile/speed.py): its speed is
     read by timing a small kernel again every `watch_interval_s`, or by `speed_reader` when given
@@ -544,6 +546,7 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     whole = cand.size == len(graph.nodes)
     if whole:        # the whole model: as a plan of one kernel runs it
         options = replace(options, runs_alone=True)
+    compile_start = clock
     try:
         kernel = _load(backend, saved, sub, options) if saved is not None else None
         if kernel is None and compiled is not None:
@@ -558,6 +561,7 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
         kind = classify_failure(e)
         prefix = "compile/run failed" if kind is Rejection.FAILED else "transient failure"
         return rejected(f"{prefix}: {type(e).__name__}: {str(e)[:200]}", kind)
+    compile_s = time.perf_counter() - compile_start
     lap("compile")
     diffs = diff_outputs(dict(zip(cand.outputs, outputs)), {o: env[o] for o in cand.outputs})
     worst = max((d.rel for d in diffs), default=0.0)
@@ -573,7 +577,8 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
                          precision=settings.precision,
                          max_seconds=None if extend is None else max(extend, settings.min_seconds))
     lap("timing")
-    if keep is not None and whole:
+    # compiled ahead (`saved`): its engine compiles slowly enough to compile in worker processes
+    if keep is not None and (whole or saved is not None or compile_s >= settings.keep_compiled_s):
         keep(cand.key, job.backend, kernel, sub)
         lap("keep")
     return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst,

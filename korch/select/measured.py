@@ -331,7 +331,7 @@ class _Context:
 
     def stored(self, plan: Plan) -> Plan:
         """`plan` with the kernels the cache keeps compiled (profiling keeps each engine's whole model
-        there), so compiling it loads them instead."""
+        there, and every kernel slow to compile), so compiling it loads them instead."""
         return plan if self.store is None else stored_kernels(plan, *self.store)
 
     def quick_to_compile(self, backend: str) -> bool:
@@ -484,9 +484,10 @@ class _Context:
         # the previous plan's other kernels go before any new one compiles (with the caller's
         # session of that plan: see _best_split), so two plans' weights are never in memory at once
         self._kernels = {step: k for step, k in self._kernels.items() if step in wanted}
+        stored = self.stored(plan)          # kernels profiling kept compiled are loaded
         for step in plan.steps:
             if step not in self._kernels:
-                self._kernels[step] = compile_step(plan, step)
+                self._kernels[step] = compile_step(stored, step)
         return Session(plan, [self._kernels[step] for step in plan.steps])
 
     def in_plan_times(self, plan: Plan, session: Session) -> InPlanTimes:
