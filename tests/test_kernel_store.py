@@ -45,3 +45,14 @@ def test_keeping_a_kernel_prunes_the_store_and_leaves_what_it_wrote(tmp_path: Pa
     keep_kernel(object(), conv_bias_relu(np.random.default_rng(0)), "onnxruntime", store / "d", max_age_s=30 * DAY)
     assert (store / "d.not-saveable").is_file()
     assert not old.exists() and not marker.exists() and recent.is_dir()
+
+
+def test_candidates_of_equal_structure_are_kept_apart() -> None:
+    """Candidates of equal structure share a key (and a profile) but not their weights: two layers of
+    a transformer. A kernel kept for one is not the other's (vit-b16's plan failed to load one)."""
+    from korch.plan.store import kernel_digest
+
+    layer2, layer5 = (10, 11, 12), (40, 41, 42)
+    same = kernel_digest("m", "onnxruntime", "K", layer2, 2, "w")
+    assert same == kernel_digest("m", "onnxruntime", "K", layer2, 2, "w")
+    assert same != kernel_digest("m", "onnxruntime", "K", layer5, 2, "w")

@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,15 +40,18 @@ log = logging.getLogger("korch.plan")
 STORE_DIR = "kernels"
 
 
-def kernel_digest(machine: str, backend: str, key: str, threads: int, weights: str) -> str:
+def kernel_digest(machine: str, backend: str, key: str, nodes: Sequence[int], threads: int, weights: str) -> str:
     # korch's code version, not its package version: the graph a kernel is compiled from is korch's
-    # lowering, which can change (be fixed) without a release
-    parts = (code_version(), machine, backend, get_backend(backend).version, key, str(threads), weights)
+    # lowering, which can change (be fixed) without a release. The candidate's primitives besides its
+    # key: candidates of equal structure share a key, not their weights (vit-b16's twelve layers).
+    parts = (code_version(), machine, backend, get_backend(backend).version, key, ",".join(map(str, nodes)),
+             str(threads), weights)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:40]
 
 
-def _entry(cache_dir: Path, machine: str, backend: str, key: str, threads: int, weights: str) -> Path:
-    return cache_dir / STORE_DIR / kernel_digest(machine, backend, key, threads, weights)
+def _entry(cache_dir: Path, machine: str, backend: str, key: str, nodes: Sequence[int], threads: int,
+           weights: str) -> Path:
+    return cache_dir / STORE_DIR / kernel_digest(machine, backend, key, nodes, threads, weights)
 
 
 def stored_kernels(plan: Plan, cache_dir: Path, weights: str) -> Plan:
@@ -56,7 +59,7 @@ def stored_kernels(plan: Plan, cache_dir: Path, weights: str) -> Plan:
     artifacts = dict(plan.artifacts)
     for step, threads in zip(plan.steps, plan.step_threads()):
         if step not in artifacts and get_backend(step.backend).saves_kernels:
-            entry = _entry(cache_dir, plan.machine, step.backend, step.key, threads, weights)
+            entry = _entry(cache_dir, plan.machine, step.backend, step.key, step.nodes, threads, weights)
             if entry.is_dir():
                 artifacts[step] = entry
                 _touch(entry)
@@ -75,7 +78,7 @@ def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: 
     for k, (step, threads) in enumerate(zip(plan.steps, plan.step_threads())):
         if step in artifacts or not get_backend(step.backend).saves_kernels:
             continue
-        entry = _entry(cache_dir, plan.machine, step.backend, step.key, threads, weights)
+        entry = _entry(cache_dir, plan.machine, step.backend, step.key, step.nodes, threads, weights)
         if _refused(entry).is_file():
             continue
         if session is not None:
@@ -90,13 +93,13 @@ def keep_kernels(plan: Plan, session: Session | None, cache_dir: Path, weights: 
 
 
 def keep_compiled(cache_dir: Path, machine: str, weights: str, threads: int, max_age_s: float
-                  ) -> Callable[[str, str, object, Graph], None]:
+                  ) -> Callable[[str, Sequence[int], str, object, Graph], None]:
     """A profiler's `keep` (profile/profiler.py): stores a kernel it compiled and timed (each engine's
     whole model, and any kernel slow to compile), so that selection, which compiles the whole models
     again for its duels and the kernels of each split plan it times, loads it."""
-    def keep(key: str, backend: str, kernel: object, graph: Graph) -> None:
+    def keep(key: str, nodes: Sequence[int], backend: str, kernel: object, graph: Graph) -> None:
         if get_backend(backend).saves_kernels:
-            entry = _entry(cache_dir, machine, backend, key, threads, weights)
+            entry = _entry(cache_dir, machine, backend, key, nodes, threads, weights)
             if not entry.is_dir() and not _refused(entry).is_file():
                 keep_kernel(kernel, graph, backend, entry, max_age_s)
     return keep

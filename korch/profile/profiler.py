@@ -158,10 +158,10 @@ def _model_fp32_error(graph: Graph, source: OnnxSource | None, feeds: Mapping[st
     return max(fp32_errors(source.model, graph, feeds, shared=source.arrays).values(), default=0.0)
 
 
-# Called with (candidate key, backend, kernel, the graph it was compiled from): plan/store.py's
+# Called with (candidate key, its primitives, backend, kernel, the graph it was compiled from): plan/store.py's
 # keep_compiled keeps a kernel that was slow to compile (each engine's whole model among them) for
 # selection to load.
-KeepKernel = Callable[[str, str, Kernel, Graph], None]
+KeepKernel = Callable[[str, Sequence[int], str, Kernel, Graph], None]
 
 
 def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileDB, threads: int, machine: str,
@@ -579,7 +579,7 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     lap("timing")
     # compiled ahead (`saved`): its engine compiles slowly enough to compile in worker processes
     if keep is not None and (whole or saved is not None or compile_s >= settings.keep_compiled_s):
-        keep(cand.key, job.backend, kernel, sub)
+        keep(cand.key, cand.nodes, job.backend, kernel, sub)
         lap("keep")
     return Record.ok(cand.key, job.backend, record_version(backend, settings), threads, machine, timing, worst,
                      code_version())

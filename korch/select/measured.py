@@ -72,7 +72,7 @@ from korch.errors import VerificationError
 from korch.frontend.regions import OnnxSource
 from korch.heap import release_freed_heap
 from korch.ir.graph import Graph
-from korch.plan import Plan, Step, order_steps
+from korch.plan import Plan, PlanError, Step, order_steps
 from korch.plan.plan import step_onnx_nodes
 from korch.plan.schedule import Schedule, ScheduleError
 from korch.plan.store import stored_kernels
@@ -487,8 +487,19 @@ class _Context:
         stored = self.stored(plan)          # kernels profiling kept compiled are loaded
         for step in plan.steps:
             if step not in self._kernels:
-                self._kernels[step] = compile_step(stored, step)
+                self._kernels[step] = self._load_or_compile(stored, plan, step)
         return Session(plan, [self._kernels[step] for step in plan.steps])
+
+    @staticmethod
+    def _load_or_compile(stored: Plan, plan: Plan, step: Step) -> Kernel:
+        """The step's kernel, loaded if the store keeps it (`stored`: the plan with its kept kernels),
+        compiled if it does not or it fails to load."""
+        if step in stored.artifacts:
+            try:
+                return compile_step(stored, step)
+            except PlanError as e:
+                log.warning("a kept kernel does not load (%s); compiling it again", e)
+        return compile_step(plan, step)
 
     def in_plan_times(self, plan: Plan, session: Session) -> InPlanTimes:
         """The plan's steps timed `refine_runs` rounds, each round a run of the plan with every step

@@ -36,7 +36,7 @@ def test_the_profiler_keeps_whole_models_and_kernels_slower_to_compile_than_the_
     settings = replace(QUICK_PROFILE, keep_compiled_s=keep_s)
     with ProfileDB(tmp_path / "p.sqlite") as db:
         out = profile(graph, {"onnxruntime": regions}, db, 1, MACHINE, settings, source=source,
-                      keep=lambda key, backend, kernel, sub: kept.append(key))
+                      keep=lambda key, nodes, backend, kernel, sub: kept.append(key))
     accepted = {key for (key, _), r in out.records.items() if r.median_s is not None}
     assert accepted == {r.key for r in regions}
     # every kernel takes at least no time to compile; none takes forever: all of them, or the whole model alone
