@@ -743,3 +743,32 @@ def test_causal_attention_masks_optimize_and_check(name: str, db: ProfileDB) -> 
     feeds = random_feeds(plan.graph, seed=5)
     for diff in diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), run_onnxruntime(model, feeds)):
         assert diff.rel <= DEFAULT_RTOL, diff
+
+
+@pytest.mark.parametrize("far_behind", [True, False])
+def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
+        far_behind: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inductor's whole model is profiled before its tiling; profiled 100x slow (far beyond
+    tiles_within of onnxruntime's whole model), the tiling is never compiled. With a factor no
+    profile exceeds, it is."""
+    pytest.importorskip("torch")
+    from korch.pipeline import enumerate_all, inductor_regions
+
+    if far_behind:
+        _whole_model_profiled_slow(monkeypatch, "inductor")
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
+                                profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=3,
+                                                tiles_within=1.25 if far_behind else 1e9),
+                                selection=QUICK_SELECTION)
+    model = zoo.to_model_proto("candy-mini")
+    graph = run_fission(model).graph
+    regions = inductor_regions(enumerate_all(graph, settings), settings)
+    whole = {c.key for c in regions if c.size == len(graph.nodes)}
+    assert whole and len(regions) == 3
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        optimize(model, db, settings)
+    with sqlite3.connect(tmp_path / "profiles.sqlite") as con:
+        profiled = {k for (k,) in con.execute("select candidate_key from profiles where backend = 'inductor'")}
+    assert whole <= profiled
+    tiles = {c.key for c in regions} - whole
+    assert (profiled & tiles) == (set() if far_behind else tiles)

@@ -184,7 +184,9 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                  progress: Progress | None = None, keep: KeepKernel | None = None,
                  start: StartCost | None = None, reference: ReferenceValues | None = None) -> ProfileOutcome:
     """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
-    `regions` (name -> the regions it compiles: Inductor's largest), taken after them.
+    `regions` (name -> the regions it compiles: Inductor's whole model and a tiling), taken after
+    them. The whole model is profiled first; if it is beyond `tiles_within` times the fastest whole
+    model of `pools`, the other regions are not compiled (ProfileSettings.tiles_within).
 
     Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
     at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
@@ -223,6 +225,16 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, got.tolerance))
+
+    # The whole model first: a backend whose whole model is far behind the others' has its tiling left out.
+    wholes = {name: [c for c in own if c.size == whole] for name, own in carry.items()}
+    if any(wholes.values()):
+        absorb(wholes)
+        carry = {name: [c for c in own if c.size != whole] for name, own in carry.items()}
+    for name in regions:
+        if carry.get(name) and (reason := _far_behind(name, regions[name], pools, usable, whole, ps.tiles_within)):
+            log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))
+            carry[name] = []
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
         """Profile `want`, and the regions not profiled yet: one batch of compiles ahead, so the small
@@ -291,6 +303,20 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     if any(carry.values()):                  # no round measured anything: the regions alone
         measure({})
     return replace(got, records=records, measured=got.measured + len(illegal))
+
+
+def _far_behind(name: str, regions: Sequence[Candidate], pools: Mapping[str, Sequence[Candidate]],
+                usable: Mapping[tuple[str, str], float], whole: int, within: float) -> str | None:
+    """Why `name`'s regions other than the whole model are not worth compiling: its whole model
+    profiled beyond `within` times the fastest whole model of the other backends (`pools`); None if it
+    did not, or either is unknown (its whole model failed: a part may still compile)."""
+    own = next((usable[(c.key, name)] for c in regions if c.size == whole and (c.key, name) in usable), None)
+    others = {n: cs for n, cs in pools.items() if n != name}
+    best = _best_whole(others, usable, whole)
+    if own is None or best is None or own <= within * best:
+        return None
+    return (f"its whole model profiled at {own * 1e3:.1f} ms, {own / best:.2f}x the fastest other whole model "
+            f"({best * 1e3:.1f} ms; ProfileSettings.tiles_within {within:.2f})")
 
 
 def _linear_alone(graph: Graph, candidate: Candidate) -> bool:
