@@ -59,12 +59,14 @@ class ProfileSettings:
     # first, then an even tiling of it (pipeline.inductor_regions).
     inductor_region_budget: int = 4
     # ... but only the whole model if it profiles beyond this factor of the fastest other engine's
-    # whole model (profile/guided.py profile_last). In the zoo on the Intel host, on the five models
+    # whole model, where that whole model is compiled in place (its constants too large for a
+    # compile worker), so profiled first at no cost (profile/guided.py profile_last). In the zoo on the Intel host, on the five models
     # whose Inductor whole model was 1.09-1.73x the fastest, 13 of its 15 tiles profiled slower than
     # OpenVINO or onnxruntime on the same region (one, a 0.2 ms piece of segformer-b0, faster; one
     # had no other profile). Where the whole models tied (bert-base, vit-b16, gpt2-small) its tiles
-    # were 0.96-1.17x the others'. Beyond 1.25x: yolov4 (1.55x), yolox-nano (1.73x), efficientvit-b1
-    # (1.34x) (BENCHMARKS.md).
+    # were 0.96-1.17x the others'. Beyond 1.25x: yolov4 (1.55x; its tiles took 21 s to compile),
+    # yolox-nano (1.73x) and efficientvit-b1 (1.34x), whose whole models a worker compiles
+    # (BENCHMARKS.md).
     tiles_within: float = 1.25
     # A kernel accepted and timed is kept compiled in the cache (plan/store.py) if it is a whole model,
     # was compiled ahead in a worker (profile/ahead.py) or compiling it took at least this long, so

@@ -748,9 +748,9 @@ def test_causal_attention_masks_optimize_and_check(name: str, db: ProfileDB) -> 
 @pytest.mark.parametrize("far_behind", [True, False])
 def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
         far_behind: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inductor's whole model is profiled before its tiling; profiled 100x slow (far beyond
-    tiles_within of onnxruntime's whole model), the tiling is never compiled. With a factor no
-    profile exceeds, it is."""
+    """Inductor's whole model, compiled in place, is profiled before its tiling; profiled 100x slow
+    (far beyond tiles_within of onnxruntime's whole model), the tiling is never compiled. With a
+    factor no profile exceeds, it is."""
     pytest.importorskip("torch")
     from korch.pipeline import enumerate_all, inductor_regions
 
@@ -758,7 +758,8 @@ def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
         _whole_model_profiled_slow(monkeypatch, "inductor")
     settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
                                 profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=3,
-                                                tiles_within=1.25 if far_behind else 1e9),
+                                                tiles_within=1.25 if far_behind else 1e9,
+                                                compile_workers=1),     # compiled in place, as a large model's
                                 selection=QUICK_SELECTION)
     model = zoo.to_model_proto("candy-mini")
     graph = run_fission(model).graph

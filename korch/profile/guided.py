@@ -52,7 +52,15 @@ from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.profile.database import ProfileDB, Record, Rejection
-from korch.profile.profiler import KeepKernel, ProfileOutcome, Progress, accepted, profile, record_version
+from korch.profile.profiler import (
+    KeepKernel,
+    ProfileOutcome,
+    Progress,
+    accepted,
+    compiled_in_place,
+    profile,
+    record_version,
+)
 from korch.profile.prune import best_times, floor_seconds, single_times
 from korch.profile.reference_values import ReferenceValues
 from korch.select.blp import (
@@ -185,8 +193,9 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                  start: StartCost | None = None, reference: ReferenceValues | None = None) -> ProfileOutcome:
     """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
     `regions` (name -> the regions it compiles: Inductor's whole model and a tiling), taken after
-    them. The whole model is profiled first; if it is beyond `tiles_within` times the fastest whole
-    model of `pools`, the other regions are not compiled (ProfileSettings.tiles_within).
+    them. Where the whole model is compiled in place (too large for a compile worker), it is profiled
+    first; if it is beyond `tiles_within` times the fastest whole model of `pools`, the other regions
+    are not compiled (ProfileSettings.tiles_within).
 
     Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
     at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
@@ -226,8 +235,12 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         records.update(more.records)
         usable.update(_usable(more.records, got.tolerance))
 
-    # The whole model first: a backend whose whole model is far behind the others' has its tiling left out.
-    wholes = {name: [c for c in own if c.size == whole] for name, own in carry.items()}
+    # The whole model first, where it is compiled in place anyway (its constants too large for a
+    # worker): a backend whose whole model is far behind the others' has its tiling left out. A whole
+    # model a worker compiles stays in one batch with the tiling, compiled beside it (apart, the
+    # batch took segformer-b0 69 s instead of 51).
+    wholes = {name: [c for c in own if c.size == whole
+                     and compiled_in_place(graph, c, name, ps, source)] for name, own in carry.items()}
     if any(wholes.values()):
         absorb(wholes)
         carry = {name: [c for c in own if c.size != whole] for name, own in carry.items()}

@@ -480,7 +480,7 @@ def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, s
         if not backend.compiles_ahead or _from_onnx(job.candidate, backend, source):
             continue
         sub = extract_subgraph(graph, job.candidate)
-        if constant_bytes(sub) > settings.compile_ahead_max_bytes or backend.supports(sub) is not None:
+        if not _fits_a_worker(backend, sub, settings):
             continue
         mine = replace(options, runs_alone=True) if job.candidate.size == whole else options
         todo.append(AheadJob((job.candidate.key, job.backend), sub, mine, job_work(job.candidate.size)))
@@ -494,6 +494,20 @@ def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, s
     ahead = compile_ahead(todo, settings.compile_workers, scratch_directory(), told)
     log.info("profile: compiled %d of %d kernel(s) ahead in %.1f s", len(ahead.saved), len(todo), ahead.seconds)
     return ahead
+
+
+def _fits_a_worker(backend: Backend, sub: Graph, settings: ProfileSettings) -> bool:
+    return constant_bytes(sub) <= settings.compile_ahead_max_bytes and backend.supports(sub) is None
+
+
+def compiled_in_place(graph: Graph, cand: Candidate, backend_name: str, settings: ProfileSettings,
+                      source: OnnxSource | None) -> bool:
+    """Whether the profiler compiles this (candidate, backend) where it times it, never in a worker
+    process (`_compile_ahead`: workers off, an engine that compiles quickly, or constants too large)."""
+    backend = get_backend(backend_name)
+    if settings.compile_workers < 2 or not backend.compiles_ahead or _from_onnx(cand, backend, source):
+        return True
+    return not _fits_a_worker(backend, extract_subgraph(graph, cand), settings)
 
 
 def _from_onnx(cand: Candidate, backend: Backend, source: OnnxSource | None) -> bool:
