@@ -560,7 +560,7 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     whole = cand.size == len(graph.nodes)
     if whole:        # the whole model: as a plan of one kernel runs it
         options = replace(options, runs_alone=True)
-    compile_start = clock
+    compile_start = time.perf_counter()       # (load or compile, and the first run)
     try:
         kernel = _load(backend, saved, sub, options) if saved is not None else None
         if kernel is None and compiled is not None:
