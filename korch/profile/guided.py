@@ -243,7 +243,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                      and compiled_in_place(graph, c, name, ps, source)] for name, own in carry.items()}
     if any(wholes.values()):
         absorb(wholes)
-        carry = {name: [c for c in own if c.size != whole] for name, own in carry.items()}
+        carry = {name: [c for c in own if c not in wholes[name]] for name, own in carry.items()}
     for name in regions:
         if carry.get(name) and (reason := _far_behind(name, regions[name], pools, usable, whole, ps.tiles_within)):
             log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))

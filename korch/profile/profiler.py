@@ -476,11 +476,8 @@ def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, s
     whole = len(graph.nodes)
     todo = []
     for job in jobs:
-        backend = get_backend(job.backend)
-        if not backend.compiles_ahead or _from_onnx(job.candidate, backend, source):
-            continue
-        sub = extract_subgraph(graph, job.candidate)
-        if not _fits_a_worker(backend, sub, settings):
+        sub = _worker_graph(graph, job.candidate, get_backend(job.backend), settings, source)
+        if sub is None:
             continue
         mine = replace(options, runs_alone=True) if job.candidate.size == whole else options
         todo.append(AheadJob((job.candidate.key, job.backend), sub, mine, job_work(job.candidate.size)))
@@ -496,18 +493,23 @@ def _compile_ahead(graph: Graph, jobs: Sequence[Job], options: CompileOptions, s
     return ahead
 
 
-def _fits_a_worker(backend: Backend, sub: Graph, settings: ProfileSettings) -> bool:
-    return constant_bytes(sub) <= settings.compile_ahead_max_bytes and backend.supports(sub) is None
+def _worker_graph(graph: Graph, cand: Candidate, backend: Backend, settings: ProfileSettings,
+                  source: OnnxSource | None) -> Graph | None:
+    """The candidate's graph, if a compile worker may build its kernel (`_compile_ahead`); None if the
+    profiler compiles it in place: workers off, an engine that compiles quickly, an ONNX region, a
+    graph the backend refuses, or constants too large (a worker holds its own copy of them)."""
+    if settings.compile_workers < 2 or not backend.compiles_ahead or _from_onnx(cand, backend, source):
+        return None
+    sub = extract_subgraph(graph, cand)
+    if constant_bytes(sub) > settings.compile_ahead_max_bytes or backend.supports(sub) is not None:
+        return None
+    return sub
 
 
 def compiled_in_place(graph: Graph, cand: Candidate, backend_name: str, settings: ProfileSettings,
                       source: OnnxSource | None) -> bool:
-    """Whether the profiler compiles this (candidate, backend) where it times it, never in a worker
-    process (`_compile_ahead`: workers off, an engine that compiles quickly, or constants too large)."""
-    backend = get_backend(backend_name)
-    if settings.compile_workers < 2 or not backend.compiles_ahead or _from_onnx(cand, backend, source):
-        return True
-    return not _fits_a_worker(backend, extract_subgraph(graph, cand), settings)
+    """Whether the profiler compiles this (candidate, backend) where it times it, never in a worker."""
+    return _worker_graph(graph, cand, get_backend(backend_name), settings, source) is None
 
 
 def _from_onnx(cand: Candidate, backend: Backend, source: OnnxSource | None) -> bool:
