@@ -16,7 +16,11 @@ from korch.candidates import Candidate
 from korch.ir.graph import Graph, Node
 from korch.ir.ops import PrimClass
 
-FEATURES_VERSION = 2
+FEATURES_VERSION = 3
+
+# A copy moves whole vectors only in contiguous runs of at least this many elements (16 fp32 = one
+# 64-byte cache line and one AVX-512 register); shorter runs cost per element, not per byte.
+SHORT_RUN = 16
 
 # Ops counted one by one: those whose speed differs most from others of their class.
 _COUNTED_OPS = ("conv", "conv_transpose", "matmul", "transpose", "reshape", "slice", "concat", "pad", "gather",
@@ -33,6 +37,11 @@ FEATURE_NAMES: tuple[str, ...] = (
     "conv_depthwise", "max_group", "max_kernel_elements", "max_stride", "max_linear_m", "max_linear_n",
     # vectorisation: a small innermost dimension wastes vector lanes; rank adds index arithmetic
     "min_inner_dim", "max_rank",
+    # 3: elements layout ops move in contiguous runs shorter than SHORT_RUN (transposes of the innermost
+    # axis, strided slices, concats of narrow rows); linear flops with each output channel count (a
+    # conv's output channels, a matmul's n) rounded up to a multiple of 8 and of 16 fp32 lanes, which
+    # is what an engine vectorising over output channels (oneDNN's blocked layouts) computes
+    "short_run_elements", "linear_flops_lanes8", "linear_flops_lanes16",
 )
 FEATURE_INDEX = {name: k for k, name in enumerate(FEATURE_NAMES)}
 
@@ -94,6 +103,41 @@ def _linear_shape(graph: Graph, node: Node, counts: dict[str, float]) -> None:
     counts["max_linear_n"] = max(counts["max_linear_n"], out[1])                    # output channels
 
 
+def contiguous_run(graph: Graph, node: Node) -> int:
+    """The length of the contiguous runs, in elements, that a layout op copies (its output's size if it
+    copies all at once; 0 for a reshape, a view that copies nothing)."""
+    out = graph.types[node.output].shape
+    if node.op == "reshape":
+        return 0
+    if node.op == "transpose":
+        shape, perm = graph.types[node.inputs[0]].shape, node.attrs["perm"]
+        run, axis = 1, len(perm) - 1
+        while axis >= 0 and perm[axis] == axis:          # trailing axes left in place stay contiguous
+            run *= shape[axis]
+            axis -= 1
+        return run
+    if node.op == "slice":
+        shape, steps = graph.types[node.inputs[0]].shape, node.attrs["steps"]
+        run, axis = 1, len(shape) - 1
+        while axis >= 0 and steps[axis] == 1:
+            run *= out[axis]
+            if out[axis] != shape[axis]:                 # a partial axis ends the run
+                break
+            axis -= 1
+        return run
+    if node.op == "concat":
+        return min(math.prod(graph.types[v].shape[node.attrs["axis"]:]) for v in node.inputs)
+    if node.op == "pad":
+        return graph.types[node.inputs[0]].shape[-1] if out else 1
+    if node.op == "gather":
+        return math.prod(out[node.attrs["axis"] + len(graph.types[node.inputs[1]].shape):])
+    return math.prod(out)
+
+
+def _lane_padded(flops: float, channels: int, lanes: int) -> float:
+    return flops * (-(-channels // lanes) * lanes) / max(1, channels)
+
+
 def candidate_features(graph: Graph, candidate: Candidate) -> Features:
     counts = dict.fromkeys(FEATURE_NAMES, 0.0)
     outputs = set(candidate.outputs)
@@ -120,6 +164,12 @@ def candidate_features(graph: Graph, candidate: Candidate) -> Features:
             counts["linear_flops"] += flops
             counts["max_linear_k"] = max(counts["max_linear_k"], k)
             _linear_shape(graph, node, counts)
+            channels = out_shape[-1] if node.op == "matmul" else out_shape[1]
+            counts["linear_flops_lanes8"] += _lane_padded(flops, channels, 8)
+            counts["linear_flops_lanes16"] += _lane_padded(flops, channels, 16)
+        elif node.klass is PrimClass.LAYOUT:
+            if 0 < contiguous_run(graph, node) < SHORT_RUN:
+                counts["short_run_elements"] += out_elements
         elif node.klass is PrimClass.ELEMENTWISE:
             counts["elementwise_flops"] += out_elements
         elif node.klass is PrimClass.REDUCE and node.op != "expand":

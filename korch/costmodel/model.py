@@ -44,10 +44,12 @@ MODEL_FORMAT = 2
 
 @dataclass(frozen=True)
 class MachinePeaks:
-    """What the roofline prior divides by: fp32 flop/s and memory bytes/s per thread."""
+    """What the roofline prior divides by: fp32 flop/s per thread and memory bytes/s; and the fp32
+    lanes of a vector register, which an engine vectorising over output channels fills with them."""
 
     flops_per_s_per_thread: float
     bytes_per_s: float
+    lanes: int = 16          # AVX-512's, where a caller gives only the first two (replays, tests)
 
     @classmethod
     def measure(cls) -> MachinePeaks:
@@ -64,18 +66,31 @@ class MachinePeaks:
             np.copyto(dst, src)
             t2 = time.perf_counter()
             best_mm, best_copy = min(best_mm, t1 - t0), min(best_copy, t2 - t1)
-        return cls(2 * 512**3 / best_mm / (os.cpu_count() or 1), 2 * src.nbytes / best_copy)
+        return cls(2 * 512**3 / best_mm / (os.cpu_count() or 1), 2 * src.nbytes / best_copy, fp32_lanes())
+
+
+def fp32_lanes() -> int:
+    """fp32 elements per vector register of this CPU: 16 with AVX-512, 8 with AVX, else 4 (x86 SSE, Arm NEON)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return 16 if "avx512f" in flags else 8 if "avx" in flags else 4
 
 
 @dataclass(frozen=True)
 class BackendPrior:
     """The prior's per-backend constants: a call's fixed cost and the cost of each primitive it runs
-    unfused, and whether intermediate tensors go through memory (an engine that runs primitives one
-    by one) or stay in registers (a fusing code generator)."""
+    unfused, whether intermediate tensors go through memory (an engine that runs primitives one
+    by one) or stay in registers (a fusing code generator), and whether its convolutions and matmuls
+    vectorise over output channels (oneDNN's blocked layouts: three output channels fill three of
+    sixteen lanes) or over output pixels (onnxruntime's im2col GEMM)."""
 
     call_s: float
     per_node_s: float
     internal_traffic: bool
+    channel_lanes: bool
 
 
 # Starting points, replaced by the learned correction once a backend has data: Inductor's call is
@@ -83,11 +98,11 @@ class BackendPrior:
 # are estimates, not measurements. (Profiled kernels may cost far more: ~150 us for the smallest
 # onnxruntime kernel when it was timed after a cache sweep; within one backend only the ratios rank.)
 DEFAULT_PRIORS = {
-    "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True),
-    "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=True),
-    "inductor": BackendPrior(call_s=13e-6, per_node_s=0.2e-6, internal_traffic=False),
+    "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True, channel_lanes=False),
+    "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=True, channel_lanes=True),
+    "inductor": BackendPrior(call_s=13e-6, per_node_s=0.2e-6, internal_traffic=False, channel_lanes=True),
 }
-_FALLBACK_PRIOR = BackendPrior(call_s=10e-6, per_node_s=1.5e-6, internal_traffic=True)
+_FALLBACK_PRIOR = BackendPrior(call_s=10e-6, per_node_s=1.5e-6, internal_traffic=True, channel_lanes=False)
 
 
 @dataclass(frozen=True)
@@ -112,7 +127,10 @@ def prior_seconds(features: Sequence[Features], threads: int, backend: str, peak
     traffic = x[:, FEATURE_INDEX["bytes_in"]] + x[:, FEATURE_INDEX["bytes_weights"]] + x[:, FEATURE_INDEX["bytes_out"]]
     if p.internal_traffic:
         traffic = traffic + 2 * x[:, FEATURE_INDEX["bytes_internal"]]
-    compute = x[:, FEATURE_INDEX["flops"]] / (peaks.flops_per_s_per_thread * max(1, threads))
+    flops = x[:, FEATURE_INDEX["flops"]]
+    if p.channel_lanes and peaks.lanes in (8, 16):         # (4 lanes, SSE or NEON: not modelled)
+        flops = flops - x[:, FEATURE_INDEX["linear_flops"]] + x[:, FEATURE_INDEX[f"linear_flops_lanes{peaks.lanes}"]]
+    compute = flops / (peaks.flops_per_s_per_thread * max(1, threads))
     nodes = x[:, FEATURE_INDEX["nodes"]] - x[:, FEATURE_INDEX["class_layout"]] * 0.5          # a reshape is often free
     return p.call_s + p.per_node_s * np.maximum(nodes, 1) + np.maximum(compute, traffic / peaks.bytes_per_s)
 
@@ -233,7 +251,7 @@ def read_model(path: Path, backend: str, machine: str) -> CostModel | None:
                 if hashlib.sha256(header["booster"].encode()).hexdigest() != header["booster_sha256"]:
                     raise ValueError("its trees do not match their checksum")
                 booster = SavedBooster(header["booster"])
-            peaks = MachinePeaks(**{k: float(v) for k, v in header["peaks"].items()})
+            peaks = MachinePeaks(**{k: (int(v) if k == "lanes" else float(v)) for k, v in header["peaks"].items()})
             return CostModel(backend, machine, peaks, int(header["trained_rows"]), booster,
                              float(header["trained_at"]))
     except Exception as e:               # any damage: say so and rebuild, never trust it

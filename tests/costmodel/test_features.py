@@ -70,3 +70,34 @@ def test_convolution_shape_features() -> None:
     assert f["conv_depthwise"] == 1 and f["max_group"] == 8 and f["max_kernel_elements"] == 25
     assert f["max_stride"] == 2 and f["max_linear_n"] == 8 and f["max_linear_m"] == 5 * 5
     assert f["linear_flops"] == 2 * 8 * 5 * 5 * 25 and f["min_inner_dim"] == 5 and f["max_rank"] == 4
+
+
+def test_layout_ops_count_the_elements_they_move_in_short_runs() -> None:
+    b = GraphBuilder("layout")
+    x = b.add_input("x", TensorType((2, 8, 32, 32), DType.FLOAT32))
+    rows = b.emit("transpose", [x], {"perm": (0, 2, 1, 3)})            # rows of 32 stay contiguous
+    cols = b.emit("transpose", [x], {"perm": (0, 1, 3, 2)})            # the innermost axis moves: runs of 1
+    focus = b.emit("slice", [x], {"starts": (0, 0, 0, 0), "steps": (1, 1, 2, 2), "sizes": (2, 8, 16, 16)})
+    half = b.emit("slice", [x], {"starts": (0, 0, 0, 0), "steps": (1, 1, 1, 1), "sizes": (2, 8, 32, 8)})
+    flat = b.emit("reshape", [x], {"shape": (2, 8, 1024)})
+    graph = check_graph(b.build([("rows", rows), ("cols", cols), ("focus", focus), ("half", half), ("flat", flat)]))
+    moved = {k: candidate_features(graph, candidate(graph, (k,)))["short_run_elements"] for k in range(5)}
+    assert moved == {0: 0, 1: 2 * 8 * 32 * 32, 2: 2 * 8 * 16 * 16, 3: 2 * 8 * 32 * 8, 4: 0}
+
+
+def test_linear_flops_with_output_channels_padded_to_whole_vectors() -> None:
+    b = GraphBuilder("to_rgb")
+    x = b.add_input("x", TensorType((1, 32, 20, 20), DType.FLOAT32))
+    w = b.add_constant(np.random.default_rng(3).standard_normal((3, 32, 3, 3)).astype(np.float32))
+    y = b.emit("conv", [x, w], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1})
+    a = b.add_input("a", TensorType((4, 24), DType.FLOAT32))
+    v = b.add_constant(np.random.default_rng(4).standard_normal((24, 20)).astype(np.float32))
+    mm = b.emit("matmul", [a, v])
+    graph = check_graph(b.build([("y", y), ("mm", mm)]))
+    conv = candidate_features(graph, candidate(graph, (0,)))
+    assert conv["linear_flops"] == 2 * 3 * 20 * 20 * 288
+    assert conv["linear_flops_lanes8"] == conv["linear_flops"] * 8 / 3
+    assert conv["linear_flops_lanes16"] == conv["linear_flops"] * 16 / 3
+    matmul = candidate_features(graph, candidate(graph, (1,)))        # n = 20: 24 and 32 lanes' worth
+    assert matmul["linear_flops_lanes8"] == matmul["linear_flops"] * 24 / 20
+    assert matmul["linear_flops_lanes16"] == matmul["linear_flops"] * 32 / 20

@@ -55,6 +55,20 @@ def test_prior_ranks_by_work_and_charges_every_call() -> None:
     assert prior_seconds([Features(tuple(large))], 2, "onnxruntime", PEAKS)[0] < t[1]   # more threads, less time
 
 
+def test_prior_charges_the_vector_lanes_an_engine_blocking_output_channels_leaves_empty() -> None:
+    """A conv with 3 output channels: oneDNN (OpenVINO, Inductor) fills 3 of each vector's lanes with
+    them, onnxruntime vectorises over pixels; the prior takes the lanes of the machine it runs on."""
+    v = np.zeros(len(FEATURE_NAMES))
+    v[IX["nodes"]] = 1
+    v[IX["flops"]] = v[IX["linear_flops"]] = 1e9
+    v[IX["linear_flops_lanes8"]], v[IX["linear_flops_lanes16"]] = 1e9 * 8 / 3, 1e9 * 16 / 3
+    f = [Features(tuple(v))]
+    assert prior_seconds(f, 1, "onnxruntime", PEAKS)[0] == pytest.approx(1e9 / 50e9, rel=0.01)
+    assert prior_seconds(f, 1, "openvino", PEAKS)[0] == pytest.approx(16 / 3 * 1e9 / 50e9, rel=0.01)
+    avx2 = MachinePeaks(flops_per_s_per_thread=50e9, bytes_per_s=10e9, lanes=8)
+    assert prior_seconds(f, 1, "openvino", avx2)[0] == pytest.approx(8 / 3 * 1e9 / 50e9, rel=0.01)
+
+
 def test_learned_correction_ranks_what_the_prior_cannot() -> None:
     model = train(synthetic(400, seed=1), "onnxruntime", MACHINE, PEAKS, SMALL)
     test = synthetic(200, seed=2)
