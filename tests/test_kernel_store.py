@@ -56,3 +56,14 @@ def test_candidates_of_equal_structure_are_kept_apart() -> None:
     same = kernel_digest("m", "onnxruntime", "K", layer2, 2, "w")
     assert same == kernel_digest("m", "onnxruntime", "K", layer2, 2, "w")
     assert same != kernel_digest("m", "onnxruntime", "K", layer5, 2, "w")
+
+
+def test_the_store_is_scanned_for_old_entries_at_most_once_per_thirtieth_of_their_age(tmp_path: Path) -> None:
+    from korch.plan.store import prune_now_and_then
+
+    store, old, recent, marker = _store(tmp_path)
+    assert prune_now_and_then(store, 30 * DAY) == 2 and not old.exists()
+    _aged(recent, 40)                                 # unused since long ago: due, but the store was just scanned
+    assert prune_now_and_then(store, 30 * DAY) == 0 and recent.is_dir()
+    assert prune_now_and_then(store, 30 * DAY, now=time.time() + 1.5 * DAY) == 1 and not recent.exists()
+    assert (store / ".pruned").is_file()              # never taken for an entry

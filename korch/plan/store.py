@@ -9,8 +9,10 @@ it uses.
 
 An entry's modification time is when it was last used (found or written). Writing a new entry
 removes those unused for `max_age_s` (OptimizeSettings.kept_kernel_days): entries of an older korch,
-torch or model are never found again, and nothing else would remove them. A removed entry that was
-still wanted is compiled again by the next optimize that needs it.
+torch or model are never found again, and nothing else would remove them. The store is scanned for
+them at most once per `max_age_s / PRUNE_SPLIT` (its `.pruned` file says when it last was), not on
+every write: a cold optimize keeps hundreds of kernels. A removed entry that was still wanted is
+compiled again by the next optimize that needs it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("korch.plan")
 
 STORE_DIR = "kernels"
+# An entry outlives max_age_s by at most max_age_s / PRUNE_SPLIT (a day, at the default 30 days).
+PRUNE_SPLIT = 30
+_PRUNED = ".pruned"
 
 
 def kernel_digest(machine: str, backend: str, key: str, nodes: Sequence[int], threads: int, weights: str) -> str:
@@ -121,6 +126,8 @@ def prune(store: Path, max_age_s: float, now: float | None = None) -> int:
     now = time.time() if now is None else now
     removed = 0
     for path in store.iterdir() if store.is_dir() else ():
+        if path.name == _PRUNED:
+            continue
         try:
             if now - path.stat().st_mtime <= max_age_s:
                 continue
@@ -156,4 +163,19 @@ def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path, max_age
             log.warning("cannot keep a compiled kernel in %s: %s", entry.parent, e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    prune(entry.parent, max_age_s)
+    prune_now_and_then(entry.parent, max_age_s)
+
+
+def prune_now_and_then(store: Path, max_age_s: float, now: float | None = None) -> int:
+    """`prune`, unless the store was pruned less than max_age_s / PRUNE_SPLIT ago."""
+    now = time.time() if now is None else now
+    stamp = store / _PRUNED
+    with contextlib.suppress(OSError):
+        if now - stamp.stat().st_mtime < max_age_s / PRUNE_SPLIT:
+            return 0
+    try:
+        stamp.touch()
+        os.utime(stamp, (now, now))
+    except OSError:
+        pass                    # (a read-only store: prune what can be pruned, every time)
+    return prune(store, max_age_s, now)
