@@ -316,7 +316,7 @@ def test_a_saved_inductor_plan_loads_and_runs_without_a_compiler(tmp_path: Path,
     with ProfileDB(tmp_path / "cache" / "profiles.sqlite") as db:
         plan, session, _ = optimize(model, db, settings)
         # profiling kept Inductor's whole model compiled (selection's duel loaded it from there)
-        assert len(list((tmp_path / "cache" / "kernels").iterdir())) == 1
+        assert len([e for e in (tmp_path / "cache" / "kernels").iterdir() if e.is_dir()]) == 1
         shutil.rmtree(tmp_path / "cache" / "kernels")        # as a cache of an older korch: profiles only
         with caplog.at_level(logging.INFO, logger="korch.plan"):
             optimize(model, db, settings, compile_session=False)
