@@ -8,7 +8,9 @@ cache and an empty Inductor code cache (cold), the same command again (warm: eve
 then `korch bench --plan` (korch and its peers: onnxruntime with default settings, torch.compile and
 OpenVINO when installed, interleaved in one process, peak memory of each in its own process). Wall
 time and peak RSS of each optimize come from wait4 (its peak RSS: the largest of the optimizer and
-each of its compile workers alone); "tree" is the peak of their summed RSS, sampled. Results go to
+each of its compile workers alone); "tree" is the peak of their summed RSS, sampled, and "tree PSS" of
+their summed proportional set size (a page shared by n of them counts 1/n in each, so the sum is what
+the tree holds; summed RSS counts a library mapped in three processes three times). Results go to
 DIR/results.json (per system: median, p10, p90, peak RSS and error against onnxruntime; the cold
 optimize's seconds by stage, from its plan's summary) and the Markdown tables to stdout; nothing
 here is typed by hand. "vs best" is the fastest peer's median over korch's.
@@ -30,20 +32,22 @@ from pathlib import Path
 FULL = ["candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "bert-base", "vit-b16", "gpt2-small"]
 
 
-def timed(cmd: list[str], env: dict[str, str], tree: bool = False) -> tuple[float, float, int, str, float]:
+def timed(cmd: list[str], env: dict[str, str], tree: bool = False
+          ) -> tuple[float, float, int, str, tuple[float, float]]:
     """Wall seconds, peak RSS (MB) and exit code of a child process, its output tail, and with `tree`
-    the peak of its process tree's summed RSS (MB; else 0). The peak RSS is wait4's: the largest of
+    the peaks of its process tree's summed RSS and summed PSS (MB; else 0). The peak RSS is wait4's: the largest of
     the process and each descendant alone (a compile worker's own peak, not added to the optimizer's);
     the tree's sum is sampled every 0.1 s (a shorter peak can be missed). Not while timing: `korch
     bench` runs unsampled."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    tree_peak = [0.0]
+    tree_peak = [0.0, 0.0]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.1):
-            tree_peak[0] = max(tree_peak[0], _tree_rss_mb(proc.pid))
+            rss, pss = _tree_mb(proc.pid)
+            tree_peak[0], tree_peak[1] = max(tree_peak[0], rss), max(tree_peak[1], pss)
     sampler = threading.Thread(target=sample, daemon=True)
     if tree:
         sampler.start()
@@ -53,23 +57,30 @@ def timed(cmd: list[str], env: dict[str, str], tree: bool = False) -> tuple[floa
     if tree:
         sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - start, usage.ru_maxrss / 1024.0, proc.returncode, output[-3000:], tree_peak[0]
+    return (time.perf_counter() - start, usage.ru_maxrss / 1024.0, proc.returncode, output[-3000:],
+            (tree_peak[0], tree_peak[1]))
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """The summed RSS of `pid` and its descendants now (0 for those gone meanwhile)."""
-    total, todo = 0, [pid]
+def _tree_mb(pid: int) -> tuple[float, float]:
+    """The summed RSS and summed PSS of `pid` and its descendants now, MB (0 for those gone meanwhile).
+    smaps_rollup takes under a millisecond for a 2 GB process here."""
+    rss = pss = 0
+    todo = [pid]
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo.extend(int(c) for c in f.read().split())
         except (OSError, ValueError):
             continue
-    return total / 2**20
+    return rss / 2**20, pss / 2**20
 
 
 def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
@@ -89,7 +100,7 @@ def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
     else:
         cold_s, warm_s = previous["cold_optimize_s"], previous["warm_optimize_s"]
         cold_rss = warm_rss = previous["optimize_peak_rss_mb"]
-        cold_tree = warm_tree = previous.get("optimize_tree_peak_mb", 0.0)
+        cold_tree = warm_tree = (previous.get("optimize_tree_peak_mb", 0.0), previous.get("optimize_tree_pss_peak_mb", 0.0))
         cold_stages = previous.get("cold_stages_s", {})
     result_json = work / "bench.json"
     _, _, code, log, _ = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
@@ -98,7 +109,8 @@ def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
         return {"model": name, "threads": threads, "error": f"bench failed ({code}): {log}"}
     result = json.loads(result_json.read_text())
     result.update(cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss),
-                  optimize_tree_peak_mb=max(cold_tree, warm_tree),
+                  optimize_tree_peak_mb=max(cold_tree[0], warm_tree[0]),
+                  optimize_tree_pss_peak_mb=max(cold_tree[1], warm_tree[1]),
                   cold_stages_s=cold_stages, predicted_ms=_predicted(work / "plan"))
     return result
 
@@ -140,8 +152,9 @@ def _ms(systems: dict, name: str, disagree: dict) -> str:
 
 
 def _tree(result: dict) -> str:
-    tree = result.get("optimize_tree_peak_mb")
-    return f"{tree:.0f}" if tree else "-"           # (not sampled by runs before it was)
+    """Summed RSS / summed PSS of the optimize's tree ('-' for runs from before either was sampled)."""
+    return " / ".join(f"{v:.0f}" if (v := result.get(k)) else "-"
+                      for k in ("optimize_tree_peak_mb", "optimize_tree_pss_peak_mb"))
 
 
 def _rss(systems: dict) -> str:
@@ -151,7 +164,7 @@ def _rss(systems: dict) -> str:
 
 def table(results: list[dict]) -> str:
     head = ("| model | threads | korch ms (p10-p90) | onnxruntime ms | torch.compile ms | OpenVINO ms | vs best | "
-            "max rel err | optimize cold / warm s | optimize RSS MB (process / tree) | "
+            "max rel err | optimize cold / warm s | optimize RSS MB (process / tree / tree PSS) | "
             "run RSS MB korch / ORT / torch / OV | "
             "candidates (unique) | kernels profiled | kernels by backend |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
