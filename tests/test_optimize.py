@@ -310,8 +310,11 @@ def test_a_saved_inductor_plan_loads_and_runs_without_a_compiler(tmp_path: Path,
     # Compiled in place, not ahead (profile/ahead.py): the test deletes the kernel store under this
     # process, and Python keeps an extension module it loaded by name: a kernel compiled again from
     # the same source would get the module of a deleted file, which no save can copy.
+    # Only whole models kept (keep_compiled_s: a kernel slow to compile is kept too, and on a loaded
+    # machine any may be).
     settings = OptimizeSettings(threads=1, backends=("inductor",), calibration=QUICK_CALIBRATION,
-                                profile=replace(QUICK_PROFILE, compile_workers=0), selection=QUICK_SELECTION)
+                                profile=replace(QUICK_PROFILE, compile_workers=0, keep_compiled_s=float("inf")),
+                                selection=QUICK_SELECTION)
     model = zoo.to_model_proto("bert-mini")
     with ProfileDB(tmp_path / "cache" / "profiles.sqlite") as db:
         plan, session, _ = optimize(model, db, settings)
