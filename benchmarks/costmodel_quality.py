@@ -1,7 +1,7 @@
 """How well korch's cost models rank kernels they have not seen: leave-one-model-out over the zoo.
 
     python benchmarks/costmodel_quality.py collect --cache DIR [--threads 2] [MODEL ...]
-    python benchmarks/costmodel_quality.py evaluate --cache DIR [--json OUT]
+    python benchmarks/costmodel_quality.py evaluate --cache DIR [--json OUT] [--peaks GFLOPS GBPS]
     python benchmarks/costmodel_quality.py noise --cache DIR MODEL     # the ceiling timing noise sets
 
 `collect` profiles each model's candidates exactly as `korch optimize` does (same pools, same
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from korch.backends import get_backend  # noqa: E402
 from korch.costmodel import FEATURES_VERSION, MachinePeaks, pairwise_accuracy  # noqa: E402
+from korch.costmodel.model import fp32_lanes  # noqa: E402
 from korch.costmodel.quality import leave_one_model_out  # noqa: E402
 from korch.frontend.regions import OnnxSource  # noqa: E402
 from korch.pipeline import candidate_universe, enumerate_all, model_label, profile_pools, remember_features, run_fission  # noqa: E402
@@ -92,7 +93,9 @@ def noise(args: argparse.Namespace) -> None:
 
 def evaluate(args: argparse.Namespace) -> None:
     machine = machine_fingerprint()
-    peaks = MachinePeaks.measure()
+    # Fixed peaks make two evaluations comparable: the probe reads differently from run to run, and the
+    # learned PCAs moved by up to 0.015 with it (BENCHMARKS.md).
+    peaks = MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9, fp32_lanes()) if args.peaks else MachinePeaks.measure()
     print(f"peaks: {peaks.flops_per_s_per_thread / 1e9:.1f} GFLOP/s per thread, {peaks.bytes_per_s / 1e9:.1f} GB/s")
     results = []
     with ProfileDB(Path(args.cache) / DB_FILENAME) as db:
@@ -124,6 +127,8 @@ def main() -> None:
     e = sub.add_parser("evaluate")
     e.add_argument("--cache", required=True)
     e.add_argument("--json")
+    e.add_argument("--peaks", type=float, nargs=2, metavar=("GFLOPS", "GBPS"),
+                   help="the prior's peaks, GFLOP/s per thread and GB/s, instead of measuring them now")
     n = sub.add_parser("noise")
     n.add_argument("--cache", required=True)
     n.add_argument("--threads", type=int, default=2)
