@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from korch import zoo  # noqa: E402
-from korch.profile.timing import side_by_side  # noqa: E402
+from korch.profile.timing import measure, side_by_side  # noqa: E402
 
 VARIANTS = {
     "default": {},
@@ -41,15 +41,6 @@ def compiled(name: str, args: list[torch.Tensor], options: dict) -> tuple[object
     with torch._inductor.config.patch(freezing=True, **options):
         call()
     return call, time.perf_counter() - t0
-
-
-def one_call_s(call) -> float:
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -75,7 +66,8 @@ def main() -> None:
             err = float((a - b).abs().max() / (a.abs().max() + 1e-12))
             if err > 1e-3:
                 print(f"{name} {variant}: max rel err {err:.2e} against default", file=sys.stderr)
-        timings = side_by_side(calls, args.rounds, min(one_call_s(call) for call in calls.values()))
+        one_call_s = min(measure(call, warmup=0, repeats=3, min_seconds=0).median_s for call in calls.values())
+        timings = side_by_side(calls, args.rounds, one_call_s)
         base = timings["default"].samples_s
         for variant, t in timings.items():
             ratio = statistics.median(s / b for s, b in zip(t.samples_s, base))
