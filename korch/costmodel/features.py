@@ -16,7 +16,7 @@ from korch.candidates import Candidate
 from korch.ir.graph import Graph, Node
 from korch.ir.ops import PrimClass
 
-FEATURES_VERSION = 3
+FEATURES_VERSION = 4
 
 # A copy moves whole vectors only in contiguous runs of at least this many elements (16 fp32 = one
 # 64-byte cache line and one AVX-512 register); shorter runs cost per element, not per byte.
@@ -42,6 +42,11 @@ FEATURE_NAMES: tuple[str, ...] = (
     # conv's output channels, a matmul's n) rounded up to a multiple of 8 and of 16 fp32 lanes, which
     # is what an engine vectorising over output channels (oneDNN's blocked layouts) computes
     "short_run_elements", "linear_flops_lanes8", "linear_flops_lanes16",
+    # 4: the bytes each primitive reads and writes, summed apart for the linear ones (convolutions and
+    # matmuls: activations, weights, output) and for the rest (a reshape is a view and moves nothing).
+    # An engine that runs primitives one by one pays each its own roofline, so a kernel of a conv and
+    # a relu costs the conv's arithmetic plus the relu's traffic, not the larger of the two summed.
+    "linear_node_bytes", "other_node_bytes",
 )
 FEATURE_INDEX = {name: k for k, name in enumerate(FEATURE_NAMES)}
 
@@ -159,6 +164,9 @@ def candidate_features(graph: Graph, candidate: Candidate) -> Features:
             inner = out_shape[-1]
             counts["min_inner_dim"] = inner if counts["min_inner_dim"] == 0 else min(counts["min_inner_dim"], inner)
         counts["max_rank"] = max(counts["max_rank"], len(out_shape))
+        if node.op != "reshape":
+            moved = sum(_bytes(graph, v) for v in set(node.inputs)) + _bytes(graph, node.output)
+            counts["linear_node_bytes" if node.klass is PrimClass.LINEAR else "other_node_bytes"] += moved
         if node.klass is PrimClass.LINEAR:
             flops, k = _linear(graph, node)
             counts["linear_flops"] += flops

@@ -1,8 +1,10 @@
 """A per-backend cost model: a roofline prior, corrected by gradient-boosted trees learned from profiles.
 
 The prior needs no data: a kernel costs a fixed call overhead, a small cost per primitive it runs
-unfused, and the larger of its arithmetic at the machine's peak and its memory traffic at the
-machine's bandwidth (both measured once by `MachinePeaks.measure`). It ranks a brand-new machine's
+unfused, and its time at the roofline: arithmetic at the machine's peak against memory traffic at the
+machine's bandwidth (both measured once by `MachinePeaks.measure`). An engine that runs primitives
+one by one pays the linear ones' roofline plus the rest's; a fusing code generator, the larger of
+the kernel's arithmetic and its boundary traffic. It ranks a brand-new machine's
 candidates sensibly but knows nothing of how each engine tiles a convolution or fuses a chain.
 
 The correction is learned: LightGBM regression of log(measured / prior) on the candidate's features
@@ -124,15 +126,23 @@ def prior_seconds(features: Sequence[Features], threads: int, backend: str, peak
     """The roofline prior for each feature vector, seconds."""
     p = DEFAULT_PRIORS.get(backend, _FALLBACK_PRIOR)
     x = np.array([f.values for f in features], dtype=np.float64).reshape(len(features), len(FEATURE_NAMES))
-    traffic = x[:, FEATURE_INDEX["bytes_in"]] + x[:, FEATURE_INDEX["bytes_weights"]] + x[:, FEATURE_INDEX["bytes_out"]]
-    if p.internal_traffic:
-        traffic = traffic + 2 * x[:, FEATURE_INDEX["bytes_internal"]]
-    flops = x[:, FEATURE_INDEX["flops"]]
+    linear_flops = x[:, FEATURE_INDEX["linear_flops"]]
     if p.channel_lanes and peaks.lanes in (8, 16):         # (4 lanes, SSE or NEON: not modelled)
-        flops = flops - x[:, FEATURE_INDEX["linear_flops"]] + x[:, FEATURE_INDEX[f"linear_flops_lanes{peaks.lanes}"]]
-    compute = flops / (peaks.flops_per_s_per_thread * max(1, threads))
+        linear_flops = x[:, FEATURE_INDEX[f"linear_flops_lanes{peaks.lanes}"]]
+    flop_s = peaks.flops_per_s_per_thread * max(1, threads)
     nodes = x[:, FEATURE_INDEX["nodes"]] - x[:, FEATURE_INDEX["class_layout"]] * 0.5          # a reshape is often free
-    return p.call_s + p.per_node_s * np.maximum(nodes, 1) + np.maximum(compute, traffic / peaks.bytes_per_s)
+    fixed = p.call_s + p.per_node_s * np.maximum(nodes, 1)
+    if p.internal_traffic:
+        # primitives run one by one, each at its own roofline: the linear ones' (mostly arithmetic)
+        # plus the others' (mostly memory), not the larger of the kernel's totals
+        linear = np.maximum(linear_flops / flop_s, x[:, FEATURE_INDEX["linear_node_bytes"]] / peaks.bytes_per_s)
+        other = np.maximum(x[:, FEATURE_INDEX["elementwise_flops"]] / flop_s,
+                           x[:, FEATURE_INDEX["other_node_bytes"]] / peaks.bytes_per_s)
+        return fixed + linear + other
+    # a fusing code generator: the kernel's arithmetic or its boundary traffic, whichever bounds it
+    traffic = x[:, FEATURE_INDEX["bytes_in"]] + x[:, FEATURE_INDEX["bytes_weights"]] + x[:, FEATURE_INDEX["bytes_out"]]
+    compute = (linear_flops + x[:, FEATURE_INDEX["elementwise_flops"]]) / flop_s
+    return fixed + np.maximum(compute, traffic / peaks.bytes_per_s)
 
 
 def _design(features: Sequence[tuple[float, ...]], threads: Sequence[int]) -> np.ndarray:

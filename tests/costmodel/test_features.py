@@ -30,6 +30,9 @@ def test_conv_bias_relu_counted_by_hand() -> None:
     assert f["bytes_in"] == 3 * 16 * 16 * 4 and f["bytes_out"] == out * 4
     assert f["bytes_weights"] == (8 * 27 + 8) * 4                # weight and bias
     assert f["bytes_internal"] == 2 * out * 4                    # conv and add outputs stay inside
+    # each primitive's reads and writes: the conv's input, weight and output; the add's and the relu's
+    assert f["linear_node_bytes"] == (3 * 16 * 16 + 8 * 27 + out) * 4
+    assert f["other_node_bytes"] == (out + 8 + out) * 4 + (out + out) * 4
     assert f["inputs"] == 1 and f["outputs"] == 1 and f["region"] == 0
     alone = candidate_features(graph, candidate(graph, (0,)))
     assert alone["bytes_internal"] == 0 and alone["bytes_out"] == out * 4 and alone["nodes"] == 1

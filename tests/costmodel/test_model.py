@@ -27,9 +27,10 @@ def vector(rng: np.random.Generator) -> tuple[float, ...]:
     v = np.zeros(len(FEATURE_NAMES))
     v[IX["nodes"]] = rng.integers(1, 8)
     v[IX["op_transpose"]] = rng.integers(0, 3)
-    v[IX["flops"]] = 10 ** rng.uniform(3, 8)
+    v[IX["flops"]] = v[IX["linear_flops"]] = 10 ** rng.uniform(3, 8)
     v[IX["bytes_in"]] = 10 ** rng.uniform(3, 7)
     v[IX["bytes_out"]] = 10 ** rng.uniform(3, 7)
+    v[IX["linear_node_bytes"]] = v[IX["bytes_in"]] + v[IX["bytes_out"]]
     return tuple(float(x) for x in v)
 
 
@@ -49,6 +50,7 @@ def test_prior_ranks_by_work_and_charges_every_call() -> None:
     small, large = np.zeros(len(FEATURE_NAMES)), np.zeros(len(FEATURE_NAMES))
     small[IX["nodes"]] = large[IX["nodes"]] = 1
     small[IX["flops"]], large[IX["flops"]] = 1e6, 1e9
+    small[IX["linear_flops"]], large[IX["linear_flops"]] = 1e6, 1e9
     t = prior_seconds([Features(tuple(small)), Features(tuple(large))], 1, "onnxruntime", PEAKS)
     assert 0 < t[0] < t[1]
     assert t[1] == pytest.approx(1e9 / 50e9, rel=0.01)
@@ -67,6 +69,24 @@ def test_prior_charges_the_vector_lanes_an_engine_blocking_output_channels_leave
     assert prior_seconds(f, 1, "openvino", PEAKS)[0] == pytest.approx(16 / 3 * 1e9 / 50e9, rel=0.01)
     avx2 = MachinePeaks(flops_per_s_per_thread=50e9, bytes_per_s=10e9, lanes=8)
     assert prior_seconds(f, 1, "openvino", avx2)[0] == pytest.approx(8 / 3 * 1e9 / 50e9, rel=0.01)
+
+
+def test_prior_sums_the_rooflines_of_primitives_an_engine_runs_one_by_one() -> None:
+    """A conv bound by arithmetic and a relu bound by memory: onnxruntime and OpenVINO run them one
+    after the other, so the kernel costs both; Inductor's fused kernel costs the larger of its totals."""
+    v = np.zeros(len(FEATURE_NAMES))
+    v[IX["nodes"]] = 2
+    v[IX["flops"]] = (linear := 1e9) + (elementwise := 1e6)
+    v[IX["linear_flops"]] = v[IX["linear_flops_lanes8"]] = v[IX["linear_flops_lanes16"]] = linear
+    v[IX["elementwise_flops"]] = elementwise
+    v[IX["linear_node_bytes"]], v[IX["other_node_bytes"]] = 1e6, 2e8       # the relu reads and writes 100 MB
+    v[IX["bytes_in"]], v[IX["bytes_out"]] = 5e5, 1e8
+    f = [Features(tuple(v))]
+    conv_s, relu_s = linear / 50e9, 2e8 / 10e9
+    for engine in ("onnxruntime", "openvino"):
+        assert prior_seconds(f, 1, engine, PEAKS)[0] == pytest.approx(conv_s + relu_s, rel=0.01)
+    fused_s = max((linear + elementwise) / 50e9, (5e5 + 1e8) / 10e9)
+    assert prior_seconds(f, 1, "inductor", PEAKS)[0] == pytest.approx(fused_s, rel=0.01)
 
 
 def test_learned_correction_ranks_what_the_prior_cannot() -> None:
