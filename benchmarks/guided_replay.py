@@ -48,6 +48,7 @@ from korch.profile.guided import (  # noqa: E402
     _calibration_sample,
     _predicted_costs,
     _scale,
+    _spread_optimism,
     _whole_scale,
     solve_until_stable,
 )
@@ -61,7 +62,8 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
            relaxes: tuple[bool, ...] = (False,), bars: tuple[bool, ...] = (False,), rounds: int | None = None,
            samples: list[int] | None = None, seeds: list[int] | None = None, exact_batch: int | None = None,
            scales: tuple[str, ...] = ("whole",), train_on: list[Path] | None = None,
-           peaks: MachinePeaks | None = None) -> None:
+           peaks: MachinePeaks | None = None, spreads: list[int] | None = None, quantile: float | None = None
+           ) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
     max_rounds = rounds or ps.guide_rounds
@@ -132,18 +134,20 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
             print(f"{name}: measured / predicted over all {len(ratios)} timed legal pairs: median {q.median_s:.2f} "
                   f"(p10-p90 {q.p10_s:.2f}-{q.p90_s:.2f}); its whole model: "
                   + (f"{by_whole[name]:.2f}" if name in by_whole else "not timed"))
-    print("| optimism | batch | LP first | bar | sample (seed) | scale | rounds | stable | measured / legal | solver s | "
-          "split plan kept ms | regret (predicted) | plan regret |")
-    print("|---:|---:|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|")
-    runs = [(o, b, r, w, n, e, k) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes
-            for w in bars for k in scales
-            for n, e in ([(None, None)] if k == "whole" else
+    quantile = ps.guide_spread_quantile if quantile is None else quantile
+    print("| optimism | spread sample | batch | LP first | bar | sample (seed) | scale | rounds | stable | "
+          "measured / legal | solver s | split plan kept ms | regret (predicted) | plan regret |")
+    print("|---:|---|---:|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|")
+    runs = [(o, b, r, w, n, e, k, d) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes
+            for w in bars for k in scales for d in (spreads if spreads is not None else [ps.guide_spread_sample])
+            for n, e in ([(None, e) for e in (seeds or [settings.seed])] if k == "whole" else
                          [(n, e) for n in (samples or [ps.guide_sample]) for e in (seeds or [settings.seed])])]
-    for optimism, batch, relaxed, barred, size, seed, by in runs:
+    for optimism, batch, relaxed, barred, size, seed, by, spread in runs:
         pending = dict(legal)
         usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
         unscaled = {name: m for name, m in models.items() if by == "sample" or name not in by_whole}
-        sample = _calibration_sample(pending, unscaled, size or ps.guide_sample, settings.seed if seed is None else seed)
+        seed = settings.seed if seed is None else seed
+        sample = _calibration_sample(pending, unscaled, size or ps.guide_sample, seed)
         asked = 0
         for pairs in sample.values():
             for pair in pairs:
@@ -153,7 +157,17 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                     usable[pair] = usable_all[pair]
         scale = {name: _scale(truth, predicted, pairs) for name, pairs in sample.items()}
         scale.update({name: s for name, s in by_whole.items() if name not in scale})
-        optimistic = {pair: predicted[pair] * scale[pair[1]] * optimism for pair in pending}
+        factor = dict.fromkeys(models, optimism)
+        if spread:                            # each backend's optimism from a random sample's spread
+            drawn = _calibration_sample(pending, models, spread, seed + 1)
+            for pairs in drawn.values():
+                for pair in pairs:
+                    del pending[pair]
+                    asked += 1
+                    if pair in usable_all:
+                        usable[pair] = usable_all[pair]
+            factor = _spread_optimism(usable_all, predicted, scale, drawn, quantile, optimism)
+        optimistic = {pair: predicted[pair] * scale[pair[1]] * factor[pair[1]] for pair in pending}
 
         def measure(want) -> None:
             nonlocal asked
@@ -165,7 +179,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
 
         t0 = time.perf_counter()
         rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,
-                                            relaxed or barred, bar=best_whole if barred else None,
+                                            relaxed or barred, bar=best_whole * settings.selection.multi_kernel_margin if barred else None,
                                             exact_batch_size=ps.guide_batch_exact if exact_batch is None else exact_batch)
         seconds = time.perf_counter() - t0
         try:
@@ -176,7 +190,9 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         ceiling = best_whole if best_whole is not None else float("inf")
         plan_regret = f"{min(kept, ceiling) / min(best, ceiling) - 1:+.2%}"
         scales = ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale))
-        print(f"| {optimism:g} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | "
+        spread_text = (f"{spread} (seed {seed + 1}): " + ", ".join(f"{name} {factor[name]:.2f}" for name in sorted(factor))
+                       if spread else "-")
+        print(f"| {optimism:g} | {spread_text} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | "
               f"{'whole model' if size is None else f'{size} ({seed})'} | {scales} | {rounds} | "
               f"{'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
               f"({asked / max(1, len(legal)):.0%}) | {seconds:.0f} | {kept_text} | {regret} | {plan_regret} |", flush=True)
@@ -206,12 +222,17 @@ def main() -> None:
                         help="caches of other models: guide by a model learned from their profiles, not the prior")
     parser.add_argument("--peaks", type=float, nargs=2, metavar=("GFLOPS", "GBPS"), default=None,
                         help="the roofline prior's peaks: GFLOP/s per thread and GB/s (default: measured)")
+    parser.add_argument("--spread", type=int, nargs="+", default=None,
+                        help="random pairs per backend whose spread sets its optimism, 0 for the fixed --optimism "
+                             "(default: ProfileSettings.guide_spread_sample)")
+    parser.add_argument("--quantile", type=float, default=None,
+                        help="the spread's quantile (default: ProfileSettings.guide_spread_quantile)")
     parser.add_argument("model")
     args = parser.parse_args()
     choice = {"no": (False,), "yes": (True,), "both": (False, True)}
     replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar],
            args.rounds, args.sample, args.seed, args.batch_exact, tuple(args.scale), args.train_on,
-           MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9) if args.peaks else None)
+           MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9) if args.peaks else None, args.spread, args.quantile)
 
 
 if __name__ == "__main__":

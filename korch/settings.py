@@ -95,6 +95,15 @@ class ProfileSettings:
     # above half their prediction (benchmarks/costmodel_quality.py, BENCHMARKS.md); those below matter
     # only if they would enter the plan, which the regret benchmark measures (guided_regret.py).
     guide_optimism: float = 0.5
+    # ... unless the model's spread says it can be less optimistic: `guide_spread_sample` random pairs
+    # per guided backend are measured first, and its factor is the `guide_spread_quantile` of their
+    # measured / rescaled predicted, within [guide_optimism, 1] (profile/guided.py: _spread_optimism;
+    # quantile 0: the lowest of them, which about 1 in 17 kernels falls below). 0 pairs: off. Replayed
+    # over all eight zoo models' exhaustive profiles, held out of the cost models' training: 3-56% of
+    # the pairs measured instead of 3-60%, the split plans kept within 0.9% of the exhaustive optimum;
+    # the quantile 0.1 measured less but missed it by up to 3.7% (BENCHMARKS.md, guided_replay.py --spread).
+    guide_spread_sample: int = 16
+    guide_spread_quantile: float = 0.0
     # Rounds at most. A round solves once and measures the unmeasured kernels chosen plus, up to
     # `guide_batch` in all, their cheapest rivals over the same primitives. After an LP relaxation, rivals
     # do not save rounds: replayed over exhaustive zoo profiles (benchmarks/guided_replay.py --batch), a

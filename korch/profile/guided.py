@@ -10,7 +10,9 @@ this machine's profiles, or, before it has learned, its roofline prior alone: `g
    / predicted time (`guide_scale_by_whole`); a backend whose whole model was not timed or not
    accepted measures a random sample of `guide_sample` legal unmeasured pairs instead, and takes the
    median of theirs. Every other legal (candidate, backend) pair gets an optimistic cost: its rescaled
-   predicted time times `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below.
+   predicted time times `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below;
+   with `guide_spread_sample`, each backend's factor is instead a low quantile of measured / rescaled
+   predicted over that many random pairs measured first (`_spread_optimism`), no lower than `guide_optimism`.
 3. The BLP (with boundary costs, without the whole-model kernels, as measured selection solves for
    the best split plan) is solved over measured and optimistic costs. The pairs it chooses that are
    not measured yet are measured, and it is solved again. A round first solves the LP relaxation
@@ -20,7 +22,8 @@ this machine's profiles, or, before it has learned, its roofline prior alone: `g
 4. When a solve chooses only measured kernels, no unmeasured kernel could lower the plan even at its
    optimistic cost: the measured optimum is stable, and the rest is never compiled. So it is when the
    LP relaxation's cost, a lower bound on every split plan, is at least the fastest whole model
-   measured: measured selection would keep that whole model whatever the rest measured (replayed over
+   measured times the margin a split plan must win by (SelectionSettings.multi_kernel_margin):
+   measured selection would keep that whole model whatever the rest measured (replayed over
    yolox-nano's profiles: 489 kernels measured instead of 649, the same plan; guided_replay.py --bar). The problem is
    remembered as finished, so a warm optimize reads the same records and solves nothing (a cost
    model retrained in between would otherwise ask for other kernels and make warm runs differ).
@@ -43,6 +46,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
+
+import numpy as np
 
 from korch.backends import get_backend
 from korch.candidates import Candidate, extract_subgraph
@@ -161,11 +166,18 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     log.info("guided profiling: measured/predicted, %s",
              ", ".join(f"{name} {scale[name]:.2f} ({'a random sample' if name in sample else 'its whole model'})"
                        for name in sorted(scale)))
-    optimistic = {pair: predicted[pair] * scale[pair[1]] * ps.guide_optimism for pair in pending}
+    optimism = dict.fromkeys(models, ps.guide_optimism)
+    if ps.guide_spread_sample:
+        drawn = _calibration_sample(pending, models, ps.guide_spread_sample, settings.seed + 1)
+        measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in drawn.items() if pairs})
+        optimism = _spread_optimism(usable, predicted, scale, drawn, ps.guide_spread_quantile, ps.guide_optimism)
+        log.info("guided profiling: optimism from the spread of %d random kernel(s) per backend, %s", ps.guide_spread_sample,
+                 ", ".join(f"{name} {optimism[name]:.2f}" for name in sorted(optimism)))
+    optimistic = {pair: predicted[pair] * scale[pair[1]] * optimism[pair[1]] for pair in pending}
 
     split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s)
     rounds, stable = solve_until_stable(split, usable, pending, optimistic, measure, ps.guide_rounds, ps.guide_batch,
-                                        bar=_best_whole(pools, usable, whole), exact_batch_size=ps.guide_batch_exact)
+                                        bar=_bar(pools, usable, whole, settings), exact_batch_size=ps.guide_batch_exact)
     if stable:
         db.put_guided_done(problem)
     else:
@@ -308,7 +320,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         split = SplitProblem(graph, everything, boundary, start, settings.selection.solver_time_limit_s)
         rounds, stable = solve_until_stable(split, usable, pending, floors, measure, ps.guide_rounds,
                                             ps.inductor_batch, budget=ps.inductor_budget,
-                                            bar=_best_whole(everything, usable, whole), refine=refine)
+                                            bar=_bar(everything, usable, whole, settings), refine=refine)
         db.put_guided_done(problem)
         log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
                  ", ".join(regions), legal - len(pending), legal, rounds,
@@ -343,9 +355,18 @@ def _usable(records: Mapping[tuple[str, str], Record], tolerance: float) -> dict
 
 def _best_whole(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[str, str], float],
                 whole: int) -> float | None:
-    """The fastest whole-model kernel measured: a split plan is kept only if it beats it (the bar)."""
+    """The fastest whole-model kernel measured."""
     return min((usable[(c.key, name)] for name, cs in pools.items() for c in cs
                 if c.size == whole and (c.key, name) in usable), default=None)
+
+
+def _bar(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[str, str], float], whole: int,
+         settings: OptimizeSettings) -> float | None:
+    """What a split plan must cost less than to be kept: the fastest whole-model kernel measured, times
+    the margin by which measured selection asks a split plan to beat it (SelectionSettings.multi_kernel_margin).
+    A split plan that cannot run below it is never kept, so no kernel is worth measuring to find one."""
+    best = _best_whole(pools, usable, whole)
+    return None if best is None else best * settings.selection.multi_kernel_margin
 
 
 class SplitProblem:
@@ -423,8 +444,9 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     instead: an exact solve (a MILP) can cost seconds where the LP costs a tenth of one, so rivals
     measured then save solves worth more than their timing. The loop still ends only when an exact
     solve chooses measured kernels alone, or (`bar`) when the LP's cost, a lower bound on every split
-    plan at these costs, is at least `bar` (the best whole model's time: no split plan could then be
-    kept, whatever the pending kernels measure, if their optimistic costs hold). That too counts as
+    plan at these costs, is at least `bar` (the best whole model's time times the margin a split plan
+    must win by: no split plan could then be kept, whatever the pending kernels measure, if their
+    optimistic costs hold). That too counts as
     stable.
 
     `budget`: at most this many pending kernels are measured in all (those a solve chose first); once
@@ -488,6 +510,8 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
     h = hashlib.sha256()
     ps = settings.profile
     h.update(f"{machine}|{settings.threads}|{ps.guide_optimism}|{ps.guide_rounds}|{settings.accuracy}".encode())
+    if ps.guide_spread_sample:
+        h.update(f"|spread {ps.guide_spread_sample} {ps.guide_spread_quantile}".encode())
     for name in sorted(pools):
         h.update(f"|{name}:{record_version(get_backend(name), ps)}:{name in models}".encode())
         h.update(" ".join(sorted({c.key for c in pools[name]})).encode())
@@ -575,3 +599,19 @@ def _scale(records: Mapping[tuple[str, str], Record], predicted: Mapping[tuple[s
     percent within minutes and by 2x across days: benchmarks/machine_drift.py)."""
     ratios = [r.median_s / predicted[p] for p in pairs if (r := records.get(p)) is not None and r.median_s]
     return statistics.median(ratios) if ratios else 1.0
+
+
+def _spread_optimism(measured: Mapping[tuple[str, str], float], predicted: Mapping[tuple[str, str], float],
+                     scale: Mapping[str, float], sample: Mapping[str, Sequence[tuple[str, str]]],
+                     quantile: float, floor: float) -> dict[str, float]:
+    """Per backend, the `quantile` of measured / rescaled predicted over its random `sample` (the
+    pairs of it measured and accepted), within [`floor`, 1]: how far below its rescaled prediction a
+    kernel of this model measures, seldom. A backend whose sample has fewer than two such pairs gets
+    `floor`."""
+    out = {}
+    for name, pairs in sample.items():
+        ratios = [measured[p] / (predicted[p] * scale[name]) for p in pairs
+                  if p in measured and predicted.get(p, 0) > 0 and scale.get(name, 0) > 0]
+        out[name] = floor if len(ratios) < 2 else \
+            min(1.0, max(floor, float(np.quantile(ratios, quantile))))
+    return out

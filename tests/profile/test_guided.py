@@ -42,6 +42,27 @@ def test_guided_profiling_measures_what_could_be_chosen_and_replays_warm(trained
     assert warm.selection.kernels == cold.selection.kernels
 
 
+def test_optimism_from_a_random_samples_spread_measures_the_sample_first(trained: Path, tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """ProfileSettings.guide_spread_sample: that many random pairs are measured before any solve, and
+    their spread sets onnxruntime's optimism (logged, within [guide_optimism, 1]); the plan still
+    passes its check and a warm run measures nothing."""
+    import re
+    import shutil
+
+    db_path = tmp_path / "profiles.sqlite"
+    shutil.copy(trained, db_path)
+    spread = replace(SETTINGS, profile=replace(QUICK_PROFILE, guide_spread_sample=8))
+    model = zoo.to_model_proto("segformer-mini")
+    with caplog.at_level("INFO", logger="korch.profile"), ProfileDB(db_path) as db:
+        _, _, cold = optimize(model, db, spread)
+        _, _, warm = optimize(model, db, spread)
+    said = re.search(r"optimism from the spread of 8 random kernel\(s\) per backend, onnxruntime ([0-9.]+)", caplog.text)
+    assert said is not None and QUICK_PROFILE.guide_optimism <= float(said.group(1)) <= 1.0
+    assert cold.guide.stable and cold.profiled_new >= 8 and cold.max_rel_error <= cold.check_tolerance
+    assert warm.profiled_new == 0 and warm.guide.rounds == 0 and warm.selection.kernels == cold.selection.kernels
+
+
 def test_guided_profiling_can_be_turned_off(trained: Path) -> None:
     off = replace(SETTINGS, profile=replace(QUICK_PROFILE, guided=False))
     with ProfileDB(trained) as db:

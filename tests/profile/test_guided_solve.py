@@ -220,3 +220,45 @@ def test_predictions_are_rescaled_by_the_whole_model_where_it_was_timed() -> Non
               (part.key, "openvino"): 1.0}
     scale = _whole_scale(graph, {"onnxruntime": cands, "openvino": cands}, models, usable, settings)
     assert scale == {"onnxruntime": pytest.approx(3.0)}
+
+
+def test_each_backends_optimism_is_a_low_quantile_of_its_random_samples_spread() -> None:
+    """_spread_optimism: measured / (predicted x scale) over the pairs drawn, its quantile, held within
+    [floor, 1]; pairs not measured or not accepted do not count, and a backend with fewer than two
+    such pairs gets the floor."""
+    from korch.profile.guided import _spread_optimism
+
+    ratios = [0.4, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
+    pairs = [(f"k{i}", "onnxruntime") for i in range(len(ratios))]
+    predicted = {p: 1e-3 * (i + 1) for i, p in enumerate(pairs)}
+    scale = {"onnxruntime": 2.0, "openvino": 1.0, "inductor": 1.0}
+    measured = {p: r * predicted[p] * 2.0 for p, r in zip(pairs, ratios)}
+    slow = [(f"s{i}", "openvino") for i in range(3)]                 # every one measures above its prediction
+    predicted.update({p: 1e-3 for p in slow})
+    measured.update({p: 5e-3 for p in slow})
+    lone = [("a", "inductor"), ("b", "inductor")]                    # one of them rejected: no time
+    predicted.update({p: 1e-3 for p in lone})
+    measured[lone[0]] = 1e-3
+    sample = {"onnxruntime": pairs + [("unmeasured", "onnxruntime")], "openvino": slow, "inductor": lone}
+    got = _spread_optimism(measured, predicted, scale, sample, quantile=0.1, floor=0.5)
+    assert got["onnxruntime"] == pytest.approx(np.quantile(ratios, 0.1))     # 0.6
+    assert got["openvino"] == 1.0 and got["inductor"] == 0.5
+    assert _spread_optimism(measured, predicted, scale, sample, quantile=0.0, floor=0.5)["onnxruntime"] == 0.5
+
+
+def test_the_bar_is_the_best_whole_model_times_the_margin_a_split_plan_must_win_by() -> None:
+    from dataclasses import replace
+
+    from korch.profile.guided import _bar
+    from korch.settings import OptimizeSettings
+
+    graph = conv_bias_relu(np.random.default_rng(0))
+    cands = list(enumerate_candidates(graph, CandidateLimits()))
+    whole = next(c for c in cands if c.size == len(graph.nodes))
+    part = next(c for c in cands if c.size < len(graph.nodes))
+    usable = {(whole.key, "onnxruntime"): 4e-3, (whole.key, "openvino"): 3e-3, (part.key, "openvino"): 1e-4}
+    settings = OptimizeSettings(threads=1)
+    settings = replace(settings, selection=replace(settings.selection, multi_kernel_margin=0.9))
+    pools = {"onnxruntime": cands, "openvino": cands}
+    assert _bar(pools, usable, len(graph.nodes), settings) == pytest.approx(2.7e-3)
+    assert _bar(pools, {(part.key, "openvino"): 1e-4}, len(graph.nodes), settings) is None
