@@ -606,12 +606,13 @@ def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The side-by-side comparison keeps the split plan only if it beats the whole model by the
     margin (forced here both ways), says why, and a warm run replays the outcome without comparing
-    again. The whole model's profile is inflated so the split plan is always compiled and timed."""
+    again. The whole model's profile is inflated so the split plan is always compiled and timed.
+    Every candidate is profiled: guided profiling would stop at once under a margin of 0, which no
+    split plan can win by, and leave none to compare."""
     from dataclasses import replace
 
-
     _whole_model_profiled_slow(monkeypatch, None)
-    settings = replace(ORT_ONLY, profile=QUICK_PROFILE, selection=replace(
+    settings = replace(ORT_ONLY, profile=replace(QUICK_PROFILE, guided=False), selection=replace(
         QUICK_SELECTION, multi_kernel_margin=0.0 if whole_wins else 1e9))
     model = zoo.to_model_proto("candy-mini")
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
