@@ -33,21 +33,24 @@ FULL = ["candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "ber
 
 
 def timed(cmd: list[str], env: dict[str, str], tree: bool = False
-          ) -> tuple[float, float, int, str, tuple[float, float]]:
+          ) -> tuple[float, float, int, str, tuple[float, float, list]]:
     """Wall seconds, peak RSS (MB) and exit code of a child process, its output tail, and with `tree`
-    the peaks of its process tree's summed RSS and summed PSS (MB; else 0). The peak RSS is wait4's: the largest of
+    the peaks of its process tree's summed RSS and summed PSS (MB; else 0), and the tree at its PSS
+    peak: [program, pid, PSS MB] per process, largest first. The peak RSS is wait4's: the largest of
     the process and each descendant alone (a compile worker's own peak, not added to the optimizer's);
     the tree's sum is sampled every 0.1 s (a shorter peak can be missed). Not while timing: `korch
     bench` runs unsampled."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    tree_peak = [0.0, 0.0]
+    tree_peak: list = [0.0, 0.0, []]
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.1):
-            rss, pss = _tree_mb(proc.pid)
-            tree_peak[0], tree_peak[1] = max(tree_peak[0], rss), max(tree_peak[1], pss)
+            rss, pss, members = _tree_mb(proc.pid)
+            tree_peak[0] = max(tree_peak[0], rss)
+            if pss > tree_peak[1]:
+                tree_peak[1], tree_peak[2] = pss, members
     sampler = threading.Thread(target=sample, daemon=True)
     if tree:
         sampler.start()
@@ -58,29 +61,45 @@ def timed(cmd: list[str], env: dict[str, str], tree: bool = False
         sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     return (time.perf_counter() - start, usage.ru_maxrss / 1024.0, proc.returncode, output[-3000:],
-            (tree_peak[0], tree_peak[1]))
+            (tree_peak[0], tree_peak[1], tree_peak[2]))
 
 
-def _tree_mb(pid: int) -> tuple[float, float]:
-    """The summed RSS and summed PSS of `pid` and its descendants now, MB (0 for those gone meanwhile).
-    smaps_rollup takes under a millisecond for a 2 GB process here."""
+def _tree_mb(pid: int) -> tuple[float, float, list]:
+    """The summed RSS and summed PSS of `pid` and its descendants now, MB (0 for those gone meanwhile),
+    and [program, pid, PSS MB] of each, largest first. smaps_rollup takes under a millisecond for a
+    2 GB process here."""
     rss = pss = 0
+    members = []
     todo = [pid]
     while todo:
         p = todo.pop()
         try:
+            mine = 0
             with open(f"/proc/{p}/smaps_rollup") as f:
                 for line in f:
                     if line.startswith("Rss:"):
                         rss += int(line.split()[1]) * 1024
                     elif line.startswith("Pss:"):
-                        pss += int(line.split()[1]) * 1024
+                        mine = int(line.split()[1]) * 1024
+            pss += mine
+            members.append([_program(p), p, round(mine / 2**20, 1)])
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo.extend(int(c) for c in f.read().split())
         except (OSError, ValueError):
             continue
-    return rss / 2**20, pss / 2**20
+    return rss / 2**20, pss / 2**20, sorted(members, key=lambda m: -m[2])
+
+
+def _program(pid: int) -> str:
+    """A process's command line, shortened: what a compile worker or a compiler is."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    words = [a.decode(errors="replace") for a in args if a][:4]
+    return " ".join(Path(words[0]).name if i == 0 else w[:40] for i, w in enumerate(words)) or "?"
 
 
 def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
@@ -100,7 +119,8 @@ def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
     else:
         cold_s, warm_s = previous["cold_optimize_s"], previous["warm_optimize_s"]
         cold_rss = warm_rss = previous["optimize_peak_rss_mb"]
-        cold_tree = warm_tree = (previous.get("optimize_tree_peak_mb", 0.0), previous.get("optimize_tree_pss_peak_mb", 0.0))
+        cold_tree = warm_tree = (previous.get("optimize_tree_peak_mb", 0.0), previous.get("optimize_tree_pss_peak_mb", 0.0),
+                                 previous.get("optimize_tree_pss_peak_members", []))
         cold_stages = previous.get("cold_stages_s", {})
     result_json = work / "bench.json"
     _, _, code, log, _ = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
@@ -111,6 +131,7 @@ def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
     result.update(cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss),
                   optimize_tree_peak_mb=max(cold_tree[0], warm_tree[0]),
                   optimize_tree_pss_peak_mb=max(cold_tree[1], warm_tree[1]),
+                  optimize_tree_pss_peak_members=max(cold_tree, warm_tree, key=lambda t: t[1])[2],
                   cold_stages_s=cold_stages, predicted_ms=_predicted(work / "plan"))
     return result
 
@@ -245,7 +266,21 @@ def main() -> int:
     print(predicted_table(results))
     print()
     print(stages_table(results))
+    print()
+    print(tree_lines(results))
     return 0
+
+
+def tree_lines(results: list[dict]) -> str:
+    """Per model, the optimize tree at its PSS peak: its largest processes."""
+    lines = []
+    for r in results:
+        if members := r.get("optimize_tree_pss_peak_members"):
+            shown = ", ".join(f"{name} ({pid}) {mb:.0f}" for name, pid, mb in members[:6])
+            more = f", and {len(members) - 6} more" if len(members) > 6 else ""
+            lines.append(f"- {r['model']}, {r['threads']} threads: tree PSS peak "
+                         f"{r['optimize_tree_pss_peak_mb']:.0f} MB: {shown}{more}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
