@@ -8,9 +8,10 @@ cache and an empty Inductor code cache (cold), the same command again (warm: eve
 then `korch bench --plan` (korch and its peers: onnxruntime with default settings, torch.compile and
 OpenVINO when installed, interleaved in one process, peak memory of each in its own process). Wall
 time and peak RSS of each optimize come from wait4 (its peak RSS: the largest of the optimizer and
-each of its compile workers alone); "tree" is the peak of their summed RSS, sampled, and "tree PSS" of
-their summed proportional set size (a page shared by n of them counts 1/n in each, so the sum is what
-the tree holds; summed RSS counts a library mapped in three processes three times). Results go to
+each of its compile workers alone); "tree" is the peak of their summed RSS, sampled every 0.1 s, and
+"tree PSS" of their summed proportional set size, sampled every 5 s because reading it slows the
+optimizer (a page shared by n of them counts 1/n in each, so the sum is what the tree holds;
+summed RSS counts a library mapped in three processes three times). Results go to
 DIR/results.json (per system: median, p10, p90, peak RSS and error against onnxruntime; the cold
 optimize's seconds by stage, from its plan's summary) and the Markdown tables to stdout; nothing
 here is typed by hand. "vs best" is the fastest peer's median over korch's.
@@ -38,19 +39,23 @@ def timed(cmd: list[str], env: dict[str, str], tree: bool = False
     the peaks of its process tree's summed RSS and summed PSS (MB; else 0), and the tree at its PSS
     peak: [program, pid, PSS MB] per process, largest first. The peak RSS is wait4's: the largest of
     the process and each descendant alone (a compile worker's own peak, not added to the optimizer's);
-    the tree's sum is sampled every 0.1 s (a shorter peak can be missed). Not while timing: `korch
-    bench` runs unsampled."""
+    the tree's summed RSS is sampled every 0.1 s from statm (a shorter peak can be missed), its summed PSS
+    every PSS_EVERY_S from smaps_rollup. Not while timing: `korch bench` runs unsampled."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tree_peak: list = [0.0, 0.0, []]
     done = threading.Event()
 
     def sample() -> None:
+        last_pss = 0.0
         while not done.wait(0.1):
-            rss, pss, members = _tree_mb(proc.pid)
+            with_pss = time.monotonic() - last_pss >= PSS_EVERY_S
+            rss, pss, members = _tree_mb(proc.pid, with_pss)
             tree_peak[0] = max(tree_peak[0], rss)
-            if pss > tree_peak[1]:
-                tree_peak[1], tree_peak[2] = pss, members
+            if with_pss:
+                last_pss = time.monotonic()
+                if pss > tree_peak[1]:
+                    tree_peak[1], tree_peak[2] = pss, members
     sampler = threading.Thread(target=sample, daemon=True)
     if tree:
         sampler.start()
@@ -64,25 +69,33 @@ def timed(cmd: list[str], env: dict[str, str], tree: bool = False
             (tree_peak[0], tree_peak[1], tree_peak[2]))
 
 
-def _tree_mb(pid: int) -> tuple[float, float, list]:
-    """The summed RSS and summed PSS of `pid` and its descendants now, MB (0 for those gone meanwhile),
-    and [program, pid, PSS MB] of each, largest first. smaps_rollup takes under a millisecond for a
-    2 GB process here."""
+# smaps_rollup walks a process's page tables: 27 ms for a 2 GB heap on this project's VM. Read every
+# 0.1 s from another process, it slowed the optimizer's whole-model profiles 1.20-1.22x (yolov4:
+# onnxruntime 600 ms against 501, OpenVINO 244 against 200; benchmarks/tree_sampler_cost.py), which
+# put zoo runs' predictions 11-15% above the bench. statm is cheap and gives RSS only.
+PSS_EVERY_S = 5.0
+
+
+def _tree_mb(pid: int, with_pss: bool = True) -> tuple[float, float, list]:
+    """The summed RSS of `pid` and its descendants now, MB (0 for those gone meanwhile), and with
+    `with_pss` their summed PSS and [program, pid, PSS MB] of each, largest first (else 0 and [])."""
     rss = pss = 0
     members = []
     todo = [pid]
+    page = os.sysconf("SC_PAGE_SIZE")
     while todo:
         p = todo.pop()
         try:
-            mine = 0
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Rss:"):
-                        rss += int(line.split()[1]) * 1024
-                    elif line.startswith("Pss:"):
-                        mine = int(line.split()[1]) * 1024
-            pss += mine
-            members.append([_program(p), p, round(mine / 2**20, 1)])
+            with open(f"/proc/{p}/statm") as f:
+                rss += int(f.read().split()[1]) * page
+            if with_pss:
+                mine = 0
+                with open(f"/proc/{p}/smaps_rollup") as f:
+                    for line in f:
+                        if line.startswith("Pss:"):
+                            mine = int(line.split()[1]) * 1024
+                pss += mine
+                members.append([_program(p), p, round(mine / 2**20, 1)])
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo.extend(int(c) for c in f.read().split())
