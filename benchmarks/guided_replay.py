@@ -147,35 +147,32 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
         unscaled = {name: m for name, m in models.items() if by == "sample" or name not in by_whole}
         seed = settings.seed if seed is None else seed
-        sample = _calibration_sample(pending, unscaled, size or ps.guide_sample, seed)
         asked = 0
-        for pairs in sample.values():
+
+        def take(pairs) -> None:
+            """'Measure' these pairs: read their stored records."""
+            nonlocal asked
             for pair in pairs:
-                del pending[pair]
+                pending.pop(pair, None)
                 asked += 1
                 if pair in usable_all:
                     usable[pair] = usable_all[pair]
+
+        def measure(want) -> None:
+            take([(c.key, name) for name, cs in want.items() for c in cs])
+
+        sample = _calibration_sample(pending, unscaled, size or ps.guide_sample, seed)
+        for pairs in sample.values():
+            take(pairs)
         scale = {name: _scale(truth, predicted, pairs) for name, pairs in sample.items()}
         scale.update({name: s for name, s in by_whole.items() if name not in scale})
         factor = dict.fromkeys(models, optimism)
         if spread:                            # each backend's optimism from a random sample's spread
             drawn = _calibration_sample(pending, models, spread, seed + 1)
             for pairs in drawn.values():
-                for pair in pairs:
-                    del pending[pair]
-                    asked += 1
-                    if pair in usable_all:
-                        usable[pair] = usable_all[pair]
+                take(pairs)
             factor = _spread_optimism(usable_all, predicted, scale, drawn, quantile, optimism)
         optimistic = {pair: predicted[pair] * scale[pair[1]] * factor[pair[1]] for pair in pending}
-
-        def measure(want) -> None:
-            nonlocal asked
-            for name, cs in want.items():
-                for c in cs:
-                    asked += 1
-                    if (c.key, name) in usable_all:
-                        usable[(c.key, name)] = usable_all[(c.key, name)]
 
         t0 = time.perf_counter()
         rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,
