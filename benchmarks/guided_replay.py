@@ -45,6 +45,7 @@ from korch.profile.boundaries import boundary_model  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, Rejection, Status, machine_fingerprint  # noqa: E402
 from korch.profile.guided import (  # noqa: E402
     SplitProblem,
+    _bar,
     _calibration_sample,
     _predicted_costs,
     _scale,
@@ -176,7 +177,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
 
         t0 = time.perf_counter()
         rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,
-                                            relaxed or barred, bar=best_whole * settings.selection.multi_kernel_margin if barred else None,
+                                            relaxed or barred, bar=_bar(pools, usable_all, whole, settings) if barred else None,
                                             exact_batch_size=ps.guide_batch_exact if exact_batch is None else exact_batch)
         seconds = time.perf_counter() - t0
         try:

@@ -158,10 +158,14 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         records.update(more.records)
         usable.update(_usable(more.records, outcome.tolerance))
 
+    def measure_drawn(drawn: Mapping[str, Sequence[tuple[str, str]]]) -> None:
+        """Measure random pairs drawn per backend (_calibration_sample), no longer pending."""
+        measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in drawn.items() if pairs})
+
     scale = _whole_scale(graph, pools, models, usable, settings, db) if ps.guide_scale_by_whole else {}
     unscaled = {name: m for name, m in models.items() if name not in scale}
     sample = _calibration_sample(pending, unscaled, ps.guide_sample, settings.seed)
-    measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in sample.items() if pairs})
+    measure_drawn(sample)
     scale.update({name: _scale(records, predicted, pairs) for name, pairs in sample.items()})
     log.info("guided profiling: measured/predicted, %s",
              ", ".join(f"{name} {scale[name]:.2f} ({'a random sample' if name in sample else 'its whole model'})"
@@ -169,7 +173,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     optimism = dict.fromkeys(models, ps.guide_optimism)
     if ps.guide_spread_sample:
         drawn = _calibration_sample(pending, models, ps.guide_spread_sample, settings.seed + 1)
-        measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in drawn.items() if pairs})
+        measure_drawn(drawn)
         optimism = _spread_optimism(usable, predicted, scale, drawn, ps.guide_spread_quantile, ps.guide_optimism)
         log.info("guided profiling: optimism from the spread of %d random kernel(s) per backend, %s", ps.guide_spread_sample,
                  ", ".join(f"{name} {optimism[name]:.2f}" for name in sorted(optimism)))
