@@ -52,8 +52,8 @@ close contenders wrongly. So:
    onnxruntime's whole model 39.0 ms"), and stored in the profile database, so a warm run solves,
    compiles and times once.
 
-A split plan predicted slower than `contender_factor` times the cheapest whole-model kernel is not
-compiled: its predicted time is the reason.
+A split plan predicted slower than `split_within` times the cheapest whole-model kernel's profile (by
+default: slower than it at all) is not compiled: its predicted time is the reason.
 """
 
 from __future__ import annotations
@@ -285,7 +285,8 @@ def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], 
 
     s, a, sch = settings.selection, settings.accuracy, settings.schedule
     h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
-                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.refine_rounds}|{s.check_rounds}|{s.blame_fraction}|"
+                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.split_within}|{s.refine_rounds}|{s.check_rounds}|"
+                       f"{s.blame_fraction}|"
                        f"{a.rtol}|{a.fp32_factor}|{a.check_inputs}|{settings.seed}|"
                        f"{sch.enabled}|{sch.margin}|{sch.ready_pairs}".encode())
     if boundaries is not None:
@@ -726,10 +727,10 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
             return None, round_, solve_s, {}
         solve_s += selection.seconds
         plan, predicted = ctx.plan(selection)
-        if cheapest_whole is not None and predicted > s.contender_factor * cheapest_whole:
+        if cheapest_whole is not None and predicted > s.split_within * cheapest_whole:
             log.info("best split plan: %d kernels predicted at %.3f ms (%.3f ms of it boundaries), beyond %.2fx the "
                      "cheapest whole-model kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3,
-                     selection.boundary_s * 1e3, s.contender_factor, cheapest_whole * 1e3)
+                     selection.boundary_s * 1e3, s.split_within, cheapest_whole * 1e3)
             return _Timed(plan, None, predicted, None, selection), round_, solve_s, used
         session = None                         # the last plan's session goes before this one compiles
         session = ctx.compile(plan)

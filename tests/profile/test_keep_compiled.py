@@ -59,7 +59,7 @@ def test_selection_loads_the_kernels_profiling_kept_instead_of_compiling_them_ag
     settings = OptimizeSettings(threads=1, backends=("inductor",), calibration=QUICK_CALIBRATION,
                                 profile=replace(QUICK_PROFILE, inductor_budget=3, inductor_region_budget=3,
                                                 keep_compiled_s=0.0, compile_workers=1),   # all compiled here
-                                selection=replace(QUICK_SELECTION, contender_factor=10.0))
+                                selection=replace(QUICK_SELECTION, contender_factor=10.0, split_within=10.0))
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
         # calibrated first: its chains of tiny kernels compile the same blocks for each engine pair
         boundary_model(db, settings.backends, settings.threads, machine_fingerprint(), settings.calibration)

@@ -83,7 +83,7 @@ def test_explain_says_why_the_plan_is_one_engines_whole_model(tmp_path) -> None:
     from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, OptimizeSettings
 
     # a split plan would have to run in no time to be kept: the whole model is the plan, whatever the timings
-    never_split = dataclasses.replace(QUICK_SELECTION, multi_kernel_margin=0.0, contender_factor=1e9)
+    never_split = dataclasses.replace(QUICK_SELECTION, multi_kernel_margin=0.0, contender_factor=1e9, split_within=1e9)
     # profiled in full, so that a split plan exists to be timed (guided by the prior, profiling may stop
     # before one is covered)
     settings = OptimizeSettings(threads=1, backends=("onnxruntime",), selection=never_split,

@@ -100,3 +100,37 @@ def test_contenders_are_within_the_factor_of_the_faster_of_the_split_plan_and_th
     ctx = SimpleNamespace(settings=SimpleNamespace(selection=SelectionSettings(contender_factor=1.25)), whole=whole)
     split = None if split_ms is None else SimpleNamespace(measured_s=split_ms * 1e-3)
     assert measured._contenders(ctx, split) == expected
+
+
+class _Compiled(Exception):
+    """Raised by the fake context's compile: the split plan got as far as compiling."""
+
+
+@pytest.mark.parametrize(("predicted_ms", "within", "compiled"), [
+    (25.0, 1.0, True),             # predicted below the cheapest whole model: compiled and timed
+    (25.4, 1.0, False),            # predicted just above it (default): its prediction is the reason
+    (25.4, 1.25, True),            # within a looser factor (QUICK_SELECTION's): compiled
+    (32.0, 1.25, False),
+])
+def test_a_split_plan_is_compiled_only_if_predicted_within_split_within_of_the_cheapest_whole_model(
+        predicted_ms: float, within: float, compiled: bool) -> None:
+    """A split plan's prediction errs low (its kernels run slower in a plan than profiled), so one
+    predicted slower than the cheapest whole model is not compiled and timed to lose."""
+    whole = {"onnxruntime": SimpleNamespace(cost=25.3e-3), "openvino": SimpleNamespace(cost=30.4e-3)}
+    selection = SimpleNamespace(seconds=0.01, boundary_s=0.2e-3)
+    plan = SimpleNamespace(steps=("a", "b"))
+
+    def compile_(plan):
+        raise _Compiled
+
+    ctx = SimpleNamespace(settings=SimpleNamespace(selection=SelectionSettings(split_within=within)), whole=whole,
+                          solve=lambda costs: selection, costed=lambda costs: costs,
+                          plan=lambda sel: (plan, predicted_ms * 1e-3), compile=compile_)
+    if compiled:
+        with pytest.raises(_Compiled):
+            measured._best_split(ctx, {})
+        return
+    timed, rounds, _, _ = measured._best_split(ctx, {})
+    assert timed.session is None and timed.measured_s is None and timed.predicted_s == pytest.approx(predicted_ms * 1e-3)
+    assert rounds == 0
+    assert SelectionSettings().split_within == 1.0
