@@ -14,7 +14,9 @@ it. Predictions are rescaled as guided profiling rescales them: `--scale sample`
 random sample of `--sample` pairs per backend, `--scale whole` by each backend's whole model (the
 default, ProfileSettings.guide_scale_by_whole); the replay prints both, and the median over every
 timed pair. For each `guide_optimism` (the factor on each unmeasured kernel's rescaled prediction)
-it prints the rounds, the pairs measured out of the legal ones, the solver's seconds, and the split
+it prints the rounds, the pairs measured out of the legal ones, how long their kernels run to be
+timed (warm-up and repeats at their stored medians: the part of profiling that depends on which
+kernels are measured), the solver's seconds, and the split
 plan kept (over measured kernels) against the exhaustive optimum, both in profiled (predicted) time:
 the regret of guidance before any engine runs. A replay cannot see a kernel the exhaustive profiles
 lack, and a real run also pays for measuring (BENCHMARKS.md has both). The roofline prior divides by
@@ -63,8 +65,8 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
            relaxes: tuple[bool, ...] = (False,), bars: tuple[bool, ...] = (False,), rounds: int | None = None,
            samples: list[int] | None = None, seeds: list[int] | None = None, exact_batch: int | None = None,
            scales: tuple[str, ...] = ("whole",), train_on: list[Path] | None = None,
-           peaks: MachinePeaks | None = None, spreads: list[int] | None = None, quantile: float | None = None
-           ) -> None:
+           peaks: MachinePeaks | None = None, spreads: list[int] | None = None, quantile: float | None = None,
+           uncertainties: list[int] | None = None) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
     max_rounds = rounds or ps.guide_rounds
@@ -136,28 +138,30 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                   f"(p10-p90 {q.p10_s:.2f}-{q.p90_s:.2f}); its whole model: "
                   + (f"{by_whole[name]:.2f}" if name in by_whole else "not timed"))
     quantile = ps.guide_spread_quantile if quantile is None else quantile
-    print("| optimism | spread sample | batch | LP first | bar | sample (seed) | scale | rounds | stable | "
-          "measured / legal | solver s | split plan kept ms | regret (predicted) | plan regret |")
-    print("|---:|---|---:|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|")
-    runs = [(o, b, r, w, n, e, k, d) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes
+    print("| optimism | spread sample | uncertainty | batch | LP first | bar | sample (seed) | scale | rounds | stable | "
+          "measured / legal | kernels run s | solver s | split plan kept ms | regret (predicted) | plan regret |")
+    print("|---:|---|---:|---:|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
+    runs = [(o, b, r, w, n, e, k, d, u) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes
             for w in bars for k in scales for d in (spreads if spreads is not None else [ps.guide_spread_sample])
+            for u in (uncertainties if uncertainties is not None else [ps.guide_uncertainty])
             for n, e in ([(None, e) for e in (seeds or [settings.seed])] if k == "whole" else
                          [(n, e) for n in (samples or [ps.guide_sample]) for e in (seeds or [settings.seed])])]
-    for optimism, batch, relaxed, barred, size, seed, by, spread in runs:
+    for optimism, batch, relaxed, barred, size, seed, by, spread, uncertainty in runs:
         pending = dict(legal)
         usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
         unscaled = {name: m for name, m in models.items() if by == "sample" or name not in by_whole}
         seed = settings.seed if seed is None else seed
-        asked = 0
+        asked, running = 0, 0.0
 
         def take(pairs) -> None:
             """'Measure' these pairs: read their stored records."""
-            nonlocal asked
+            nonlocal asked, running
             for pair in pairs:
                 pending.pop(pair, None)
                 asked += 1
                 if pair in usable_all:
                     usable[pair] = usable_all[pair]
+                    running += _running_s(usable_all[pair], ps)
 
         def measure(want) -> None:
             take([(c.key, name) for name, cs in want.items() for c in cs])
@@ -168,17 +172,22 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         scale = {name: _scale(truth, predicted, pairs) for name, pairs in sample.items()}
         scale.update({name: s for name, s in by_whole.items() if name not in scale})
         factor = dict.fromkeys(models, optimism)
+        expectation = dict.fromkeys(models, 1.0)
         if spread:                            # each backend's optimism from a random sample's spread
             drawn = _calibration_sample(pending, models, spread, seed + 1)
             for pairs in drawn.values():
                 take(pairs)
             factor = _spread_optimism(usable_all, predicted, scale, drawn, quantile, optimism)
+            expectation = _spread_optimism(usable_all, predicted, scale, drawn, 0.5, optimism, cap=None)
         optimistic = {pair: predicted[pair] * scale[pair[1]] * factor[pair[1]] for pair in pending}
+        expected = {pair: predicted[pair] * scale[pair[1]] * max(expectation[pair[1]], factor[pair[1]])
+                    for pair in pending}
 
         t0 = time.perf_counter()
         rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,
                                             relaxed or barred, bar=_bar(pools, usable_all, whole, settings) if barred else None,
-                                            exact_batch_size=ps.guide_batch_exact if exact_batch is None else exact_batch)
+                                            exact_batch_size=ps.guide_batch_exact if exact_batch is None else exact_batch,
+                                            expected=expected, uncertainty=uncertainty)
         seconds = time.perf_counter() - t0
         try:
             kept = problem.solve(usable, {}, {}).cost
@@ -188,12 +197,18 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         ceiling = best_whole if best_whole is not None else float("inf")
         plan_regret = f"{min(kept, ceiling) / min(best, ceiling) - 1:+.2%}"
         scales = ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale))
-        spread_text = (f"{spread} (seed {seed + 1}): " + ", ".join(f"{name} {factor[name]:.2f}" for name in sorted(factor))
-                       if spread else "-")
-        print(f"| {optimism:g} | {spread_text} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | "
+        spread_text = (f"{spread} (seed {seed + 1}): " + ", ".join(f"{name} {factor[name]:.2f} ({expectation[name]:.2f})"
+                                                                   for name in sorted(factor)) if spread else "-")
+        print(f"| {optimism:g} | {spread_text} | {uncertainty} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | "
               f"{'whole model' if size is None else f'{size} ({seed})'} | {scales} | {rounds} | "
               f"{'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
-              f"({asked / max(1, len(legal)):.0%}) | {seconds:.0f} | {kept_text} | {regret} | {plan_regret} |", flush=True)
+              f"({asked / max(1, len(legal)):.0%}) | {running:.0f} | {seconds:.0f} | {kept_text} | {regret} | {plan_regret} |", flush=True)
+
+
+def _running_s(median_s: float, ps) -> float:
+    """How long the profiler runs a kernel of this median to time it: its warm-up calls, then its
+    repeats or `min_seconds` of calls, whichever is longer (compiles, checks and retries not counted)."""
+    return ps.warmup * median_s + max(ps.repeats * median_s, ps.min_seconds)
 
 
 def main() -> None:
@@ -223,6 +238,10 @@ def main() -> None:
     parser.add_argument("--spread", type=int, nargs="+", default=None,
                         help="random pairs per backend whose spread sets its optimism, 0 for the fixed --optimism "
                              "(default: ProfileSettings.guide_spread_sample)")
+    parser.add_argument("--uncertainty", type=int, nargs="+", default=None,
+                        help="budgets of uncertainty: how many unmeasured kernels of a plan may fall to their optimistic "
+                             "cost, the rest at the spread's median (0: all of them; default: "
+                             "ProfileSettings.guide_uncertainty)")
     parser.add_argument("--quantile", type=float, default=None,
                         help="the spread's quantile (default: ProfileSettings.guide_spread_quantile)")
     parser.add_argument("model")
@@ -230,7 +249,8 @@ def main() -> None:
     choice = {"no": (False,), "yes": (True,), "both": (False, True)}
     replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar],
            args.rounds, args.sample, args.seed, args.batch_exact, tuple(args.scale), args.train_on,
-           MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9) if args.peaks else None, args.spread, args.quantile)
+           MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9) if args.peaks else None, args.spread, args.quantile,
+           args.uncertainty)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,17 @@ class ProfileSettings:
     # the quantile 0.1 measured less but missed it by up to 3.7% (BENCHMARKS.md, guided_replay.py --spread).
     guide_spread_sample: int = 16
     guide_spread_quantile: float = 0.0
+    # A budget of uncertainty (profile/guided.py): the loop's LP prices each unmeasured kernel at what
+    # the spread sample's median expects of it, and lets at most this many of a plan's fall to their
+    # optimistic costs. 0: every unmeasured kernel at its optimistic cost at once (a plan of many then
+    # reads about half its expected cost, where independent errors would largely cancel). Replayed over
+    # the eight zoo models' exhaustive profiles (benchmarks/guided_replay.py --uncertainty, BENCHMARKS.md):
+    # with the roofline prior alone, 8 measured 4-70% of the pairs against 4-73% at 0 (yolov4 13%
+    # against 33%, candy 49% against 67%); learned, held out, 3-48% against 3-56%; the split plans kept
+    # as close to the exhaustive optimum as at 0 (within 0.08%, and vit-b16's 0.9% learned). Its LP costs
+    # about 3x as much (bert-base: 22 s of solving against 8). 2 measured less still, but missed
+    # vit-b16's optimum by 3.7% (learned) and ran into guide_rounds on gpt2-small (prior).
+    guide_uncertainty: int = 8
     # Rounds at most. A round solves once and measures the unmeasured kernels chosen plus, up to
     # `guide_batch` in all, their cheapest rivals over the same primitives. After an LP relaxation, rivals
     # do not save rounds: replayed over exhaustive zoo profiles (benchmarks/guided_replay.py --batch), a

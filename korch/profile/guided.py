@@ -13,6 +13,11 @@ this machine's profiles, or, before it has learned, its roofline prior alone: `g
    predicted time times `guide_optimism` (< 1), a bound that a kernel's measured time seldom falls below;
    with `guide_spread_sample`, each backend's factor is instead a low quantile of measured / rescaled
    predicted over that many random pairs measured first (`_spread_optimism`), no lower than `guide_optimism`.
+   Every unmeasured kernel at its optimistic cost at once prices a plan of many of them far below
+   what it could cost, since their errors largely cancel over a plan. With `guide_uncertainty` N (a
+   budget of uncertainty, after Bertsimas and Sim), each unmeasured kernel costs what the sample's
+   median expects (its expected cost) and at most N of a plan's fall to their optimistic costs
+   (blp.Formulation.relax's discounts): a plan-level bound, not a kernel-level one.
 3. The BLP (with boundary costs, without the whole-model kernels, as measured selection solves for
    the best split plan) is solved over measured and optimistic costs. The pairs it chooses that are
    not measured yet are measured, and it is solved again. A round first solves the LP relaxation
@@ -171,17 +176,23 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
              ", ".join(f"{name} {scale[name]:.2f} ({'a random sample' if name in sample else 'its whole model'})"
                        for name in sorted(scale)))
     optimism = dict.fromkeys(models, ps.guide_optimism)
+    expectation = dict.fromkeys(models, 1.0)
     if ps.guide_spread_sample:
         drawn = _calibration_sample(pending, models, ps.guide_spread_sample, settings.seed + 1)
         measure_drawn(drawn)
         optimism = _spread_optimism(usable, predicted, scale, drawn, ps.guide_spread_quantile, ps.guide_optimism)
-        log.info("guided profiling: optimism from the spread of %d random kernel(s) per backend, %s", ps.guide_spread_sample,
-                 ", ".join(f"{name} {optimism[name]:.2f}" for name in sorted(optimism)))
+        expectation = _spread_optimism(usable, predicted, scale, drawn, 0.5, ps.guide_optimism, cap=None)
+        log.info("guided profiling: from the spread of %d random kernel(s) per backend, measured / rescaled "
+                 "predicted at least (median) %s", ps.guide_spread_sample,
+                 ", ".join(f"{name} {optimism[name]:.2f} ({expectation[name]:.2f})" for name in sorted(optimism)))
     optimistic = {pair: predicted[pair] * scale[pair[1]] * optimism[pair[1]] for pair in pending}
+    expected = {pair: predicted[pair] * scale[pair[1]] * max(expectation[pair[1]], optimism[pair[1]])
+                for pair in pending}
 
     split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s)
     rounds, stable = solve_until_stable(split, usable, pending, optimistic, measure, ps.guide_rounds, ps.guide_batch,
-                                        bar=_bar(pools, usable, whole, settings), exact_batch_size=ps.guide_batch_exact)
+                                        bar=_bar(pools, usable, whole, settings), exact_batch_size=ps.guide_batch_exact,
+                                        expected=expected, uncertainty=ps.guide_uncertainty)
     if stable:
         db.put_guided_done(problem)
     else:
@@ -412,10 +423,19 @@ class SplitProblem:
         return prices
 
     def relax(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
-              optimistic: Mapping[tuple[str, str], float]) -> Relaxation | None:
-        """The LP relaxation at these costs (blp.Formulation.relax)."""
+              optimistic: Mapping[tuple[str, str], float], expected: Mapping[tuple[str, str], float] | None = None,
+              uncertainty: int = 0) -> Relaxation | None:
+        """The LP relaxation at these costs (blp.Formulation.relax); with `expected` costs and an
+        `uncertainty` budget, each pending pair at its expected cost, of which at most `uncertainty`
+        may fall to their optimistic costs (solve_until_stable)."""
         f = self.formulation
-        return Relaxation((), 0.0) if f is None else f.relax(self.prices(costs, pending, optimistic), self.time_limit)
+        if f is None:
+            return Relaxation((), 0.0)
+        if expected is None or uncertainty <= 0:
+            return f.relax(self.prices(costs, pending, optimistic), self.time_limit)
+        discounts = {key: max(0.0, expected[pair] - optimistic[pair]) for key, pair in self.pairs.items()
+                     if pair in pending and pair not in costs}
+        return f.relax(self.prices(costs, pending, expected), self.time_limit, discounts, uncertainty)
 
     def solve(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
               optimistic: Mapping[tuple[str, str], float]) -> Selection:
@@ -432,7 +452,8 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
                        max_rounds: int, batch_size: int = 1, relax: bool = True,
                        budget: int | None = None, bar: float | None = None,
                        refine: Callable[[Sequence[tuple[str, str]]], int] | None = None,
-                       exact_batch_size: int | None = None) -> tuple[int, bool]:
+                       exact_batch_size: int | None = None, expected: Mapping[tuple[str, str], float] | None = None,
+                       uncertainty: int = 0) -> tuple[int, bool]:
     """Solve `problem` over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -458,12 +479,21 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
 
     `refine(picked)`: called with a round's pairs before they are measured; if it measures other
     kernels instead (returns how many: they count against `budget`) and raises `optimistic` costs
-    in place, the round ends there and the next solves again, the pairs still pending."""
+    in place, the round ends there and the next solves again, the pairs still pending.
+
+    `expected` with `uncertainty` > 0, a budget of uncertainty (Bertsimas and Sim): optimistic costs
+    for every pending kernel at once make a plan of many of them look about half its expected cost,
+    where their errors, independent, would largely cancel. The relaxation prices each pending kernel
+    at its `expected` cost instead, and lets at most `uncertainty` of a plan's fall to their optimistic
+    costs (the largest falls: blp.Formulation.relax). Its dual theta prices each pending kernel at
+    min(expected, optimistic + theta) for the exact solve; that solve choosing measured kernels alone
+    then stops the loop as before, though a plan with pending kernels may then still be up to
+    `uncertainty` * theta below it (the bar, the usual stop, has no such slack)."""
     rounds = spent = 0
     while rounds < max_rounds and (budget is None or spent < budget):
         rounds += 1
         try:
-            relaxed = problem.relax(costs, pending, optimistic) if relax else None
+            relaxed = problem.relax(costs, pending, optimistic, expected, uncertainty) if relax else None
             if relaxed is not None and bar is not None and relaxed.bound_s >= bar:
                 log.info("guided profiling: no split plan can run below %.3f ms (LP bound %.3f ms): stopping",
                          bar * 1e3, relaxed.bound_s * 1e3)
@@ -471,7 +501,11 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
             fresh = _pending_in(relaxed.support, problem.pairs, pending) if relaxed is not None else []
             size = batch_size
             if not fresh:
-                fresh = _pending_in(problem.solve(costs, pending, optimistic).chosen, problem.pairs, pending)
+                priced = optimistic
+                if expected is not None and uncertainty > 0:
+                    theta = relaxed.theta_s if relaxed is not None else 0.0
+                    priced = {pair: min(expected[pair], optimistic[pair] + theta) for pair in pending}
+                fresh = _pending_in(problem.solve(costs, pending, priced).chosen, problem.pairs, pending)
                 size = batch_size if exact_batch_size is None else exact_batch_size
         except SelectionError as e:       # no split plan at all: measured selection keeps a whole model
             log.info("guided profiling: no split plan to guide by (%s)", e)
@@ -516,6 +550,8 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
     h.update(f"{machine}|{settings.threads}|{ps.guide_optimism}|{ps.guide_rounds}|{settings.accuracy}".encode())
     if ps.guide_spread_sample:
         h.update(f"|spread {ps.guide_spread_sample} {ps.guide_spread_quantile}".encode())
+    if ps.guide_uncertainty:
+        h.update(f"|uncertainty {ps.guide_uncertainty}".encode())
     for name in sorted(pools):
         h.update(f"|{name}:{record_version(get_backend(name), ps)}:{name in models}".encode())
         h.update(" ".join(sorted({c.key for c in pools[name]})).encode())
@@ -607,15 +643,19 @@ def _scale(records: Mapping[tuple[str, str], Record], predicted: Mapping[tuple[s
 
 def _spread_optimism(measured: Mapping[tuple[str, str], float], predicted: Mapping[tuple[str, str], float],
                      scale: Mapping[str, float], sample: Mapping[str, Sequence[tuple[str, str]]],
-                     quantile: float, floor: float) -> dict[str, float]:
+                     quantile: float, floor: float, cap: float | None = 1.0) -> dict[str, float]:
     """Per backend, the `quantile` of measured / rescaled predicted over its random `sample` (the
-    pairs of it measured and accepted), within [`floor`, 1]: how far below its rescaled prediction a
-    kernel of this model measures, seldom. A backend whose sample has fewer than two such pairs gets
-    `floor`."""
+    pairs of it measured and accepted), within [`floor`, `cap`]: at a low quantile, how far below its
+    rescaled prediction a kernel of this model measures, seldom; at 0.5, what a kernel measures
+    against it, typically (no cap). A backend whose sample has fewer than two such pairs gets `floor`
+    (with no cap: 1, the rescaled prediction)."""
     out = {}
     for name, pairs in sample.items():
         ratios = [measured[p] / (predicted[p] * scale[name]) for p in pairs
                   if p in measured and predicted.get(p, 0) > 0 and scale.get(name, 0) > 0]
-        out[name] = floor if len(ratios) < 2 else \
-            min(1.0, max(floor, float(np.quantile(ratios, quantile))))
+        if len(ratios) < 2:
+            out[name] = floor if cap is not None else 1.0
+            continue
+        value = max(floor, float(np.quantile(ratios, quantile)))
+        out[name] = value if cap is None else min(cap, value)
     return out

@@ -377,6 +377,10 @@ class Relaxation:
 
     support: tuple[Option, ...]
     bound_s: float
+    # With a budget (Formulation.relax's `discounts`): what one more discounted option would lower the
+    # bound by, at most (the budget row's dual, seconds). Each option then prices at
+    # min(cost, cost - discount + theta_s), and the bound is that pricing's optimum less budget * theta_s.
+    theta_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -405,22 +409,67 @@ class Formulation:
         objective = np.concatenate([own + self.crossings.own, self.crossings.cost]) * COST_SCALE
         return own, objective, upper
 
-    def relax(self, costs: Mapping[str, float] | None = None,
-              time_limit: float = DEFAULT_TIME_LIMIT_S) -> Relaxation | None:
+    def relax(self, costs: Mapping[str, float] | None = None, time_limit: float = DEFAULT_TIME_LIMIT_S,
+              discounts: Mapping[str, float] | None = None, budget: int = 0) -> Relaxation | None:
         """`solve`'s LP relaxation at these costs (no cycle cuts), in a fraction of its time (guided profiling
         measures what it leans on); None if the LP was not solved (time limit, numerical trouble), raises
-        if nothing is feasible. Each solve starts from the last one's optimum (_WarmLP)."""
+        if nothing is feasible. Each solve starts from the last one's optimum (_WarmLP).
+
+        `discounts` (option key -> seconds) with a `budget`: a budget of uncertainty. Up to `budget` of
+        the chosen options may cost their discount less, the rest cost `costs`: the bound is the least
+        cost of any selection when its `budget` largest discounts are taken. (Each option's column has
+        a discounted twin y_k, counted wherever it is, at its cost less its discount, and sum y_k <=
+        budget: one row more, where y_k <= x_k took a row per option and ran 3-4x slower.)"""
         own, objective, upper = self.priced(costs)
-        solved = self._lp.solve(objective, upper, time_limit)
+        n = len(own)
+        off = {k: d for k, d in (discounts or {}).items() if d > 0} if budget > 0 else {}
+        twins = None
+        if off:
+            twins, lp = self._budgeted(budget, off)
+            priced_twins = objective[twins] - np.array([off.get(self.options[k].key, 0.0) for k in twins]) * COST_SCALE
+            objective = np.concatenate([objective, priced_twins])
+            upper = np.concatenate([upper, [float(upper[k] > 0 and self.options[k].key in off) for k in twins]])
+            solved = lp.solve(objective, upper, time_limit)
+        else:
+            solved = self._lp.solve(objective, upper, time_limit)
         if solved is None:
             return None
-        x, value = solved
-        support = [k for k, v in enumerate(x[:len(own)]) if v > _INTEGRAL]
-        return Relaxation(self._chosen(support, own, costs), value / COST_SCALE)
+        x, value, duals = solved
+        chosen = x[:n].copy()
+        if twins is not None:                 # an option is chosen as itself or as its discounted twin
+            chosen[twins] += x[len(self.integrality):]
+        support = [k for k, v in enumerate(chosen) if v > _INTEGRAL]
+        theta = abs(float(duals[-1])) / COST_SCALE if twins is not None else 0.0
+        return Relaxation(self._chosen(support, own, costs), value / COST_SCALE, theta)
 
     @cached_property
     def _lp(self) -> _WarmLP:
         return _WarmLP(self.matrix, self.lower)
+
+    @cached_property
+    def _budgeted_lps(self) -> dict[int, tuple[np.ndarray, _WarmLP]]:
+        return {}
+
+    def _budgeted(self, budget: int, discounted: Iterable[str]) -> tuple[np.ndarray, _WarmLP]:
+        """The LP relaxation with a budget of uncertainty (`relax`): columns x, the crossings, then a
+        discounted twin y of each option that may be discounted; rows the BLP's (an option counted as
+        x + y), and -sum y >= -budget (last). Built once per budget, with twins for the options
+        discounted then (guided profiling's pending pairs, which only shrink), and again if another
+        option is discounted later. Returns the twinned options' columns and the LP."""
+        from scipy import sparse
+
+        index = {o.key: k for k, o in enumerate(self.options)}
+        want = {index[key] for key in discounted if key in index}
+        lps = self._budgeted_lps
+        if budget not in lps or not want <= set(lps[budget][0].tolist()):
+            twins = np.array(sorted(want | (set(lps[budget][0].tolist()) if budget in lps else set())), dtype=int)
+            width = self.matrix.shape[1]
+            rows = sparse.vstack([
+                sparse.hstack([self.matrix, self.matrix[:, twins]]),
+                sparse.hstack([sparse.csr_array((1, width)), sparse.csr_array(-np.ones((1, len(twins))))]),
+            ]).tocsr()
+            lps[budget] = (twins, _WarmLP(rows, np.concatenate([self.lower, [-float(budget)]])))
+        return lps[budget]
 
     def solve(self, costs: Mapping[str, float] | None = None, time_limit: float = DEFAULT_TIME_LIMIT_S,
               began: float | None = None) -> Selection:
@@ -499,9 +548,10 @@ class _WarmLP:
         self._columns = np.arange(n, dtype=np.int32)
         self._statuses = highspy.HighsModelStatus
 
-    def solve(self, cost: np.ndarray, upper: np.ndarray, time_limit: float) -> tuple[np.ndarray, float] | None:
-        """The optimum's x and value; None if not solved (time limit, numerical trouble). Raises
-        SelectionError if nothing is feasible."""
+    def solve(self, cost: np.ndarray, upper: np.ndarray, time_limit: float
+              ) -> tuple[np.ndarray, float, np.ndarray] | None:
+        """The optimum's x, value and row duals; None if not solved (time limit, numerical trouble).
+        Raises SelectionError if nothing is feasible."""
         highs, n, columns = self._highs, len(self._columns), self._columns
         highs.changeColsCost(n, columns, cost)
         highs.changeColsBounds(n, columns, np.zeros(n), upper)
@@ -513,7 +563,9 @@ class _WarmLP:
         if status != self._statuses.kOptimal:
             log.info("BLP: the LP relaxation was not solved (%s)", highs.modelStatusToString(status))
             return None
-        return np.asarray(highs.getSolution().col_value), float(highs.getInfo().objective_function_value)
+        solution = highs.getSolution()
+        return (np.asarray(solution.col_value), float(highs.getInfo().objective_function_value),
+                np.asarray(solution.row_dual))
 
 
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],

@@ -64,14 +64,45 @@ class _Checked(SplitProblem):
 
     relaxed = False
 
-    def relax(self, costs, pending, optimistic):
-        relaxed = super().relax(costs, pending, optimistic)
+    def relax(self, costs, pending, optimistic, expected=None, uncertainty=0):
+        relaxed = super().relax(costs, pending, optimistic, expected, uncertainty)
         assert relaxed is not None
         self.relaxed = True
         made = {t for o in relaxed.support for t in o.outputs}
         assert set(self._graph.outputs) <= made
-        assert relaxed.bound_s <= self.solve(costs, pending, optimistic).cost * (1 + 1e-9)
+        # (with a budget, at most its expected costs: some kernels may fall below them, none above)
+        priced = optimistic if expected is None or uncertainty <= 0 else expected
+        assert relaxed.bound_s <= self.solve(costs, pending, priced).cost * (1 + 1e-9)
         return relaxed
+
+
+@pytest.mark.parametrize("uncertainty", [1, 2])
+def test_a_budget_of_uncertainty_finds_the_optimum_when_no_plan_has_more_kernels_below_expectation(
+        uncertainty: int) -> None:
+    """Pending kernels expected at random costs: `uncertainty` of them, at random, measure at their
+    optimistic cost far below it, the rest at or above it. Then no plan has more kernels below their
+    expected cost than the budget allows, so the loop, pricing by the budget, still ends at the
+    exhaustive optimum, and over the seeds it measures fewer kernels than without the budget, where
+    every pending kernel is at its optimistic cost at once."""
+    counts = {0: 0, uncertainty: 0}
+    for seed in range(6):
+        for budget in counts:
+            rng = np.random.default_rng(seed)
+            graph, pools, _, measured, pending = _problem(rng, seed)
+            expected = {pair: float(rng.uniform(1, 10) * c.size ** 0.6) for pair, c in pending.items()}
+            optimistic = {pair: cost * 0.3 for pair, cost in expected.items()}
+            low = set(map(tuple, rng.permutation(sorted(pending))[:uncertainty]))
+            true = {**measured, **{pair: optimistic[pair] if pair in low else cost * rng.uniform(1.0, 1.5)
+                                   for pair, cost in expected.items()}}
+            asked, measure = _recorder(true, measured)
+            _, stable = solve_until_stable(_Checked(graph, pools), measured, pending, optimistic, measure,
+                                           max_rounds=200, expected=expected, uncertainty=budget)
+            assert stable
+            best = SplitProblem(graph, pools).solve(true, {}, {}).cost
+            assert SplitProblem(graph, pools).solve(measured, {}, {}).cost == pytest.approx(best, rel=1e-9), \
+                (seed, budget)
+            counts[budget] += len(asked)
+    assert counts[uncertainty] < counts[0], counts
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -244,6 +275,11 @@ def test_each_backends_optimism_is_a_low_quantile_of_its_random_samples_spread()
     assert got["onnxruntime"] == pytest.approx(np.quantile(ratios, 0.1))     # 0.6
     assert got["openvino"] == 1.0 and got["inductor"] == 0.5
     assert _spread_optimism(measured, predicted, scale, sample, quantile=0.0, floor=0.5)["onnxruntime"] == 0.5
+    # the median, uncapped: what a kernel measures against its rescaled prediction, typically (the
+    # budget of uncertainty's expected cost); too few pairs: the prediction itself
+    typical = _spread_optimism(measured, predicted, scale, sample, quantile=0.5, floor=0.5, cap=None)
+    assert typical["onnxruntime"] == pytest.approx(np.median(ratios)) and typical["openvino"] == pytest.approx(5.0)
+    assert typical["inductor"] == 1.0
 
 
 def test_the_bar_is_the_best_whole_model_times_the_margin_a_split_plan_must_win_by() -> None:

@@ -4,6 +4,7 @@ that cannot be ordered (cycle cuts), errors."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -314,3 +315,44 @@ def test_a_formulation_priced_without_any_producer_of_an_output_is_infeasible() 
             priced({"c": 1.0})
     assert problem.relax({"b": 0.5, "c": 1.0}).bound_s == pytest.approx(1.5)
     assert [o.key for o in problem.solve({"a": 3.0, "b": 0.5, "c": 1.0}).chosen] == ["b", "c"]
+
+
+def _chain_options(rng: np.random.Generator, length: int) -> list[Option]:
+    """Every span of a chain x -> v1 -> ... -> v{length} as an option with a random cost."""
+    values = ["x"] + [f"v{i}" for i in range(1, length + 1)]
+    return [Option(f"{a}-{b}", frozenset({values[a]}), frozenset({values[b]}), float(rng.uniform(0.5, 3) * (b - a)))
+            for a in range(length) for b in range(a + 1, length + 1)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("budget", [1, 2, 5])
+def test_a_budget_of_uncertainty_bounds_every_selection_less_its_largest_discounts(seed: int, budget: int) -> None:
+    """relax with `discounts` and a `budget`: a lower bound on every selection's cost less its `budget`
+    largest discounts (brute force; a relaxation: a mix of selections can spread the budget over more
+    discounts, so not that least cost itself), above the bound with every discount taken and below
+    the one with none, and the same bound from its dual: each option priced at min(cost, cost -
+    discount + theta), less budget * theta."""
+    from korch.select.blp import formulate
+
+    rng = np.random.default_rng(seed)
+    options = _chain_options(rng, 5)
+    discounts = {o.key: float(rng.uniform(0, 0.8)) * o.cost for o in options if rng.random() < 0.7}
+    problem = formulate(options, {"x"}, ["v5"])
+    costs = {o.key: o.cost for o in options}
+
+    def robust(chosen: Sequence[Option]) -> float:
+        off = sorted((discounts.get(o.key, 0.0) for o in chosen), reverse=True)
+        return sum(o.cost for o in chosen) - sum(off[:budget])
+
+    want = min(robust(c) for r in range(1, 6) for c in itertools.combinations(options, r)
+               if _feasible(list(c), {"x"}, ["v5"]))
+    got = problem.relax(costs, discounts=discounts, budget=budget)
+    assert got.bound_s <= want + 1e-9
+    theta = got.theta_s
+    priced = {k: min(c, c - discounts.get(k, 0.0) + theta) for k, c in costs.items()}
+    assert problem.relax(priced).bound_s - budget * theta == pytest.approx(got.bound_s, rel=1e-6)
+    # no discount, or none taken: the plain relaxation; every discount taken: the discounted costs
+    assert problem.relax(costs, discounts={}, budget=budget).bound_s == pytest.approx(problem.relax(costs).bound_s)
+    everything = problem.relax(costs, discounts=discounts, budget=100).bound_s
+    assert everything == pytest.approx(problem.relax({k: c - discounts.get(k, 0.0) for k, c in costs.items()}).bound_s)
+    assert everything * (1 - 1e-9) <= got.bound_s <= problem.relax(costs).bound_s * (1 + 1e-9)    # (rounding)
