@@ -713,6 +713,38 @@ def test_a_whole_model_profiled_in_a_slow_spell_is_timed_again_and_meets_the_cha
     assert len(looks) == 1 and looks[0].startswith("onnxruntime's whole model") and "compared side by side" in looks[0]
 
 
+def test_a_whole_model_that_stays_slow_in_its_second_look_is_not_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """onnxruntime's whole model profiles 100x slow and, here, is timed beyond `contender_factor`
+    again in its second look: it is dropped without being checked against onnxruntime (yolov4's two
+    looks checked both whole models on three inputs, to drop both)."""
+    pytest.importorskip("openvino")
+    import logging
+
+    import korch.select.measured as measured
+
+    _whole_model_profiled_slow(monkeypatch, "onnxruntime")
+    checked: list[str] = []
+    check = measured._Context.check
+
+    def spy(self, plan, session):
+        checked.append(plan.steps[0].backend if len(plan.steps) == 1 else "split")
+        return check(self, plan, session)
+
+    def slow_again(ctx, champion, other):
+        other.session = None
+        return False
+
+    monkeypatch.setattr(measured._Context, "check", spy)
+    monkeypatch.setattr(measured, "_second_look", slow_again)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "openvino"), calibration=QUICK_CALIBRATION,
+                                profile=QUICK_PROFILE, selection=replace(QUICK_SELECTION, contender_factor=10.0))
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, "korch.select"):
+        _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, settings)
+    assert "openvino" in checked and "onnxruntime" not in checked, checked
+    assert "onnxruntime" not in stats.selection.side_by_side_ms
+
+
 def test_a_slow_compiling_whole_model_not_kept_compiled_gets_no_second_look(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Inductor's whole model profiles 100x slow, and the cache keeps no compiled kernel of it (as when a

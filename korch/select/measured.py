@@ -34,7 +34,8 @@ close contenders wrongly. So:
    `multi_kernel_margin`; otherwise the last duel's winner, a whole-model kernel, is the plan.
    An engine whose whole model profiled beyond `contender_factor` of the rest is not trusted to its
    profile (a slow spell can triple one): it is compiled and timed once more beside the champion,
-   and joins the duels if it is within the factor after all (`_second_look`); not if its engine
+   and joins the duels if it is within the factor after all (`_second_look`; it is checked only
+   then); not if its engine
    compiles slowly and the cache keeps no compiled kernel of it (Inductor's whole model took 45 s to
    compile again for a look).
    Before they are timed, the split plan and each contender are checked against onnxruntime on
@@ -801,7 +802,8 @@ def _second_look(ctx: _Context, champion: _Contender, other: _Contender) -> bool
 
 @dataclass
 class _Contender:
-    """A compiled, checked plan in the comparison: SPLIT or one engine's whole model."""
+    """A compiled, checked plan in the comparison: SPLIT or one engine's whole model (not yet checked
+    while `_second_look` times it)."""
 
     name: str
     plan: Plan
@@ -870,9 +872,11 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
     admitted = 0
     probe = ctx.take_probe()                     # compiled already, if split plans were timed
 
-    def admit(backend: str) -> _Contender | None:
+    def admit(backend: str, look: bool = False) -> _Contender | None:
         """Compile and check one engine's whole-model kernel (the probe's, if it is that engine's); a
-        contender if it passes."""
+        contender if it passes. With `look`, it is timed beside the champion first (`_second_look`)
+        and checked only if it joins: yolov4's looks at Inductor's and onnxruntime's whole models,
+        1.5x and 2.4x OpenVINO's, checked both against onnxruntime on three inputs to drop both."""
         nonlocal probe
         tried.add(backend)
         plan, selection = ctx.whole_model(backend)
@@ -888,6 +892,13 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
             except Exception as e:  # it compiled when profiled; a failure now only removes a contender
                 log.warning("whole-model kernel on %s does not compile again (%s); not compared", backend, e)
                 return None
+        if look:
+            assert champion is not None
+            looked = _Contender(backend, plan, selection, session, None, ctx.whole[backend].cost)
+            session = None                       # (held by `looked` alone: a look that fails drops it)
+            if not _second_look(ctx, champion, looked):
+                return None
+            session = looked.session
         check = ctx.check(plan, session)
         if check is not None and not check.ok:
             inaccurate[backend] = f"{backend}'s whole model, {check.worst()}"
@@ -923,7 +934,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
                          "compiling it is slow)", _who(backend), _ms(ctx.whole[backend].cost),
                          ctx.settings.selection.contender_factor)
                 continue
-            if (c := admit(backend)) is not None and _second_look(ctx, champion, c):
+            if (c := admit(backend, look=True)) is not None:
                 meet(c)
     if not admitted and not split_timed:    # every contender failed: the other engines, cheapest first
         for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
