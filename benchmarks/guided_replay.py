@@ -51,6 +51,7 @@ from korch.profile.guided import (  # noqa: E402
     _calibration_sample,
     _predicted_costs,
     _scale,
+    _spread_expectation,
     _spread_optimism,
     _whole_scale,
     solve_until_stable,
@@ -178,7 +179,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
             for pairs in drawn.values():
                 take(pairs)
             factor = _spread_optimism(usable_all, predicted, scale, drawn, quantile, optimism)
-            expectation = _spread_optimism(usable_all, predicted, scale, drawn, 0.5, optimism, cap=None)
+            expectation = _spread_expectation(usable_all, predicted, scale, drawn, optimism)
         optimistic = {pair: predicted[pair] * scale[pair[1]] * factor[pair[1]] for pair in pending}
         expected = {pair: predicted[pair] * scale[pair[1]] * max(expectation[pair[1]], factor[pair[1]])
                     for pair in pending}

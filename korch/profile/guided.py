@@ -181,7 +181,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         drawn = _calibration_sample(pending, models, ps.guide_spread_sample, settings.seed + 1)
         measure_drawn(drawn)
         optimism = _spread_optimism(usable, predicted, scale, drawn, ps.guide_spread_quantile, ps.guide_optimism)
-        expectation = _spread_optimism(usable, predicted, scale, drawn, 0.5, ps.guide_optimism, cap=None)
+        expectation = _spread_expectation(usable, predicted, scale, drawn, ps.guide_optimism)
         log.info("guided profiling: from the spread of %d random kernel(s) per backend, measured / rescaled "
                  "predicted at least (median) %s", ps.guide_spread_sample,
                  ", ".join(f"{name} {optimism[name]:.2f} ({expectation[name]:.2f})" for name in sorted(optimism)))
@@ -641,21 +641,29 @@ def _scale(records: Mapping[tuple[str, str], Record], predicted: Mapping[tuple[s
     return statistics.median(ratios) if ratios else 1.0
 
 
+def _spread_ratios(measured: Mapping[tuple[str, str], float], predicted: Mapping[tuple[str, str], float],
+                   scale: Mapping[str, float], sample: Mapping[str, Sequence[tuple[str, str]]]) -> dict[str, list[float]]:
+    """Per backend, measured / rescaled predicted over the pairs of its random `sample` measured and accepted."""
+    return {name: [measured[p] / (predicted[p] * scale[name]) for p in pairs
+                   if p in measured and predicted.get(p, 0) > 0 and scale.get(name, 0) > 0]
+            for name, pairs in sample.items()}
+
+
 def _spread_optimism(measured: Mapping[tuple[str, str], float], predicted: Mapping[tuple[str, str], float],
                      scale: Mapping[str, float], sample: Mapping[str, Sequence[tuple[str, str]]],
-                     quantile: float, floor: float, cap: float | None = 1.0) -> dict[str, float]:
-    """Per backend, the `quantile` of measured / rescaled predicted over its random `sample` (the
-    pairs of it measured and accepted), within [`floor`, `cap`]: at a low quantile, how far below its
-    rescaled prediction a kernel of this model measures, seldom; at 0.5, what a kernel measures
-    against it, typically (no cap). A backend whose sample has fewer than two such pairs gets `floor`
-    (with no cap: 1, the rescaled prediction)."""
-    out = {}
-    for name, pairs in sample.items():
-        ratios = [measured[p] / (predicted[p] * scale[name]) for p in pairs
-                  if p in measured and predicted.get(p, 0) > 0 and scale.get(name, 0) > 0]
-        if len(ratios) < 2:
-            out[name] = floor if cap is not None else 1.0
-            continue
-        value = max(floor, float(np.quantile(ratios, quantile)))
-        out[name] = value if cap is None else min(cap, value)
-    return out
+                     quantile: float, floor: float) -> dict[str, float]:
+    """Per backend, the `quantile` of its sample's ratios (_spread_ratios) within [`floor`, 1]: how far
+    below its rescaled prediction a kernel of this model measures, seldom. A backend whose sample has
+    fewer than two ratios gets `floor`."""
+    return {name: floor if len(ratios) < 2 else min(1.0, max(floor, float(np.quantile(ratios, quantile))))
+            for name, ratios in _spread_ratios(measured, predicted, scale, sample).items()}
+
+
+def _spread_expectation(measured: Mapping[tuple[str, str], float], predicted: Mapping[tuple[str, str], float],
+                        scale: Mapping[str, float], sample: Mapping[str, Sequence[tuple[str, str]]],
+                        floor: float) -> dict[str, float]:
+    """Per backend, the median of its sample's ratios, at least `floor`: what a kernel of this model
+    measures against its rescaled prediction, typically (the budget of uncertainty's expected cost).
+    A backend whose sample has fewer than two ratios gets 1, the rescaled prediction itself."""
+    return {name: 1.0 if len(ratios) < 2 else max(floor, float(np.median(ratios)))
+            for name, ratios in _spread_ratios(measured, predicted, scale, sample).items()}

@@ -257,7 +257,7 @@ def test_each_backends_optimism_is_a_low_quantile_of_its_random_samples_spread()
     """_spread_optimism: measured / (predicted x scale) over the pairs drawn, its quantile, held within
     [floor, 1]; pairs not measured or not accepted do not count, and a backend with fewer than two
     such pairs gets the floor."""
-    from korch.profile.guided import _spread_optimism
+    from korch.profile.guided import _spread_expectation, _spread_optimism
 
     ratios = [0.4, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
     pairs = [(f"k{i}", "onnxruntime") for i in range(len(ratios))]
@@ -277,7 +277,7 @@ def test_each_backends_optimism_is_a_low_quantile_of_its_random_samples_spread()
     assert _spread_optimism(measured, predicted, scale, sample, quantile=0.0, floor=0.5)["onnxruntime"] == 0.5
     # the median, uncapped: what a kernel measures against its rescaled prediction, typically (the
     # budget of uncertainty's expected cost); too few pairs: the prediction itself
-    typical = _spread_optimism(measured, predicted, scale, sample, quantile=0.5, floor=0.5, cap=None)
+    typical = _spread_expectation(measured, predicted, scale, sample, floor=0.5)
     assert typical["onnxruntime"] == pytest.approx(np.median(ratios)) and typical["openvino"] == pytest.approx(5.0)
     assert typical["inductor"] == 1.0
 
