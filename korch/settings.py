@@ -183,6 +183,11 @@ class SelectionSettings:
     plan_warmup: int = 2
     plan_repeats: int = 7
     plan_min_seconds: float = 0.3
+    # A second look (measured.py `_second_look`) only asks whether a whole model's profile beyond
+    # `contender_factor` was a slow spell (one read 3.2x its time), not which of two close plans is
+    # faster: one warm-up call and this many timed calls of it and of the champion settle that. At
+    # plan_repeats, yolov4's two looks spent 11 of their 22 s timing.
+    look_repeats: int = 3
     # A plan of several kernels is kept only if it runs in at most this fraction of the time of the
     # fastest whole-model kernel, side by side; otherwise that one kernel is the plan.
     multi_kernel_margin: float = 0.98

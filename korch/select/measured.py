@@ -286,7 +286,7 @@ def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], 
 
     s, a, sch = settings.selection, settings.accuracy, settings.schedule
     h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
-                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.split_within}|{s.refine_rounds}|{s.check_rounds}|"
+                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.split_within}|{s.look_repeats}|{s.refine_rounds}|{s.check_rounds}|"
                        f"{s.blame_fraction}|"
                        f"{a.rtol}|{a.fp32_factor}|{a.check_inputs}|{settings.seed}|"
                        f"{sch.enabled}|{sch.margin}|{sch.ready_pairs}".encode())
@@ -555,8 +555,12 @@ class _Context:
                     self.source if uses_onnx else None)
         return plan, selection.cost
 
-    def time(self, session: Session) -> float:
+    def time(self, session: Session, repeats: int | None = None) -> float:
+        """The plan's median time back to back; with `repeats`, after one warm-up call, that many calls
+        and no minimum duration (a second look's coarse question)."""
         s = self.settings.selection
+        if repeats is not None:
+            return measure(lambda: session.run(None, self.feeds), warmup=1, repeats=repeats, min_seconds=0.0).median_s
         return measure(lambda: session.run(None, self.feeds), warmup=s.plan_warmup, repeats=s.plan_repeats,
                        min_seconds=s.plan_min_seconds).median_s
 
@@ -787,9 +791,9 @@ def _second_look(ctx: _Context, champion: _Contender, other: _Contender) -> bool
     taken while something else loaded the machine reads slow (yolox-nano: onnxruntime's whole model
     profiled at 79 ms against its 25), and without this look the model it belongs to never met the
     split plan it beat."""
-    factor = ctx.settings.selection.contender_factor
-    bar = ctx.time(champion.session)
-    seconds = ctx.time(other.session)
+    factor, repeats = ctx.settings.selection.contender_factor, ctx.settings.selection.look_repeats
+    bar = ctx.time(champion.session, repeats)
+    seconds = ctx.time(other.session, repeats)
     joins = seconds <= factor * bar
     log.info("%s, profiled at %s, timed again at %s beside %s at %s: %s", _who(other.name),
              _ms(other.estimate_s), _ms(seconds), _who(champion.name), _ms(bar),
