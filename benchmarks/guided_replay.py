@@ -48,6 +48,7 @@ from korch.profile.database import DB_FILENAME, ProfileDB, Rejection, Status, ma
 from korch.profile.guided import (  # noqa: E402
     SplitProblem,
     _bar,
+    _bounds,
     _calibration_sample,
     _predicted_costs,
     _scale,
@@ -180,9 +181,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                 take(pairs)
             factor = _spread_optimism(usable_all, predicted, scale, drawn, quantile, optimism)
             expectation = _spread_expectation(usable_all, predicted, scale, drawn, optimism)
-        optimistic = {pair: predicted[pair] * scale[pair[1]] * factor[pair[1]] for pair in pending}
-        expected = {pair: predicted[pair] * scale[pair[1]] * max(expectation[pair[1]], factor[pair[1]])
-                    for pair in pending}
+        optimistic, expected = _bounds(pending, predicted, scale, factor, expectation)
 
         t0 = time.perf_counter()
         rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,

@@ -185,9 +185,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         log.info("guided profiling: from the spread of %d random kernel(s) per backend, measured / rescaled "
                  "predicted at least (median) %s", ps.guide_spread_sample,
                  ", ".join(f"{name} {optimism[name]:.2f} ({expectation[name]:.2f})" for name in sorted(optimism)))
-    optimistic = {pair: predicted[pair] * scale[pair[1]] * optimism[pair[1]] for pair in pending}
-    expected = {pair: predicted[pair] * scale[pair[1]] * max(expectation[pair[1]], optimism[pair[1]])
-                for pair in pending}
+    optimistic, expected = _bounds(pending, predicted, scale, optimism, expectation)
 
     split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s)
     rounds, stable = solve_until_stable(split, usable, pending, optimistic, measure, ps.guide_rounds, ps.guide_batch,
@@ -434,7 +432,7 @@ class SplitProblem:
         if expected is None or uncertainty <= 0:
             return f.relax(self.prices(costs, pending, optimistic), self.time_limit)
         discounts = {key: max(0.0, expected[pair] - optimistic[pair]) for key, pair in self.pairs.items()
-                     if pair in pending and pair not in costs}
+                     if pair in pending}
         return f.relax(self.prices(costs, pending, expected), self.time_limit, discounts, uncertainty)
 
     def solve(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
@@ -639,6 +637,20 @@ def _scale(records: Mapping[tuple[str, str], Record], predicted: Mapping[tuple[s
     percent within minutes and by 2x across days: benchmarks/machine_drift.py)."""
     ratios = [r.median_s / predicted[p] for p in pairs if (r := records.get(p)) is not None and r.median_s]
     return statistics.median(ratios) if ratios else 1.0
+
+
+def _bounds(pending: Mapping[tuple[str, str], object], predicted: Mapping[tuple[str, str], float],
+            scale: Mapping[str, float], optimism: Mapping[str, float], expectation: Mapping[str, float]
+            ) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], float]]:
+    """Each pending pair's optimistic and expected cost: its prediction rescaled to the machine, times its
+    backend's optimism, and times its expectation (never below the optimism)."""
+    optimistic, expected = {}, {}
+    for pair in pending:
+        name = pair[1]
+        rescaled = predicted[pair] * scale[name]
+        optimistic[pair] = rescaled * optimism[name]
+        expected[pair] = rescaled * max(expectation[name], optimism[name])
+    return optimistic, expected
 
 
 def _spread_ratios(measured: Mapping[tuple[str, str], float], predicted: Mapping[tuple[str, str], float],

@@ -559,10 +559,10 @@ class _Context:
         """The plan's median time back to back; with `repeats`, after one warm-up call, that many calls
         and no minimum duration (a second look's coarse question)."""
         s = self.settings.selection
-        if repeats is not None:
-            return measure(lambda: session.run(None, self.feeds), warmup=1, repeats=repeats, min_seconds=0.0).median_s
-        return measure(lambda: session.run(None, self.feeds), warmup=s.plan_warmup, repeats=s.plan_repeats,
-                       min_seconds=s.plan_min_seconds).median_s
+        warmup, calls, min_seconds = (s.plan_warmup, s.plan_repeats, s.plan_min_seconds) if repeats is None \
+            else (1, repeats, 0.0)
+        return measure(lambda: session.run(None, self.feeds), warmup=warmup, repeats=calls,
+                       min_seconds=min_seconds).median_s
 
     def check(self, plan: Plan, session: Session) -> PlanCheck | None:
         """The plan against onnxruntime on the checker's inputs (None: no checker, nothing checked)."""
