@@ -54,7 +54,7 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
              progress: Callable[[int, int, str], None] | None = None, strict: bool = False,
-             sequential: bool = False) -> Plan | BucketedPlan:
+             sequential: bool = False, rewrites: bool = True) -> Plan | BucketedPlan:
     """Optimize `model` (an .onnx path, a ModelProto or a zoo name) for this machine at `threads`
     threads. Measurements go to the profile database under `cache_dir` (default: the user cache dir,
     ~/.cache/korch), so optimizing the same model again profiles nothing.
@@ -65,6 +65,8 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     Nodes korch cannot fission run whole in onnxruntime; `strict=True` refuses such a model instead.
     A split plan's independent kernels may run side by side on fewer threads each, if that measures
     faster (plan.schedule); `sequential=True` runs them one after another on all threads.
+    `rewrites=False` optimizes the graph as given, without korch's algebraic rewrites
+    (korch/frontend/rewrites.py; the plan is checked against the model as given either way).
 
     `progress(done, total, what)` is called as profiling and calibration advance, with done 0 when a
     long step starts (compiling Inductor's kernels ahead).
@@ -84,7 +86,7 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     if shapes is not None and input_shapes is not None:
         raise UsageError("give shapes= (one plan per bucket) or input_shapes= (one plan), not both")
     settings = OptimizeSettings(threads=threads, strict=strict, schedule=ScheduleSettings(enabled=not sequential),
-                                backends=check_backends(backends) if backends is not None else default_backends())
+                                rewrites=rewrites, backends=check_backends(backends) if backends is not None else default_backends())
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     told = None
     if progress is not None:

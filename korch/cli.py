@@ -164,13 +164,16 @@ def _settings(args: argparse.Namespace):
         raise UsageError("--threads must be >= 1")
     strict = getattr(args, "strict", False)
     schedule = ScheduleSettings(enabled=not getattr(args, "sequential", False))
+    rewrites = not getattr(args, "no_rewrites", False)
     if args.backends is None:
-        return OptimizeSettings(threads=args.threads, backends=default_backends(), strict=strict, schedule=schedule)
+        return OptimizeSettings(threads=args.threads, backends=default_backends(), strict=strict, schedule=schedule,
+                                rewrites=rewrites)
     try:
         backends = check_backends(args.backends.split(","))
     except UsageError as e:
         raise UsageError(f"--{e}") from None
-    return OptimizeSettings(threads=args.threads, backends=backends, strict=strict, schedule=schedule)
+    return OptimizeSettings(threads=args.threads, backends=backends, strict=strict, schedule=schedule,
+                            rewrites=rewrites)
 
 
 def _open_db(args: argparse.Namespace):
@@ -233,6 +236,7 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
         ("primitives", f"{stats.primitives}"
                        + (f"; {stats.opaque_nodes} ONNX node(s) kept whole (opaque, see korch fission)"
                           if stats.opaque_nodes else "")),
+        *([("rewrites", "; ".join(stats.rewrites))] if stats.rewrites else []),
         ("candidates", f"{stats.candidates} enumerated, {stats.unique_candidates} unique keys"),
         ("profiled", f"{stats.profiled_new} new, {stats.profiled_cached} from cache; kernels accepted within "
                      f"{stats.kernel_tolerance:.1e} of the reference"
@@ -442,6 +446,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sequential", action="store_true",
                    help="run a split plan's kernels one after another, each on all threads (by default they are "
                         "co-scheduled: independent kernels side by side on fewer threads, if that measures faster)")
+    p.add_argument("--no-rewrites", action="store_true",
+                   help="optimize the graph as given (by default korch first applies algebraic rewrites that remove "
+                        "flops, such as a 1x1 convolution moved below the upsampling of a concatenation's branches, "
+                        "each checked against the model as given)")
     orchestration_flags(p)
     p.set_defaults(run=cmd_optimize)
 

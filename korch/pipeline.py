@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from korch.backends import get_backend
@@ -20,6 +21,7 @@ from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.onnx_import import read_model
 from korch.frontend.regions import OnnxSource, share_weights
+from korch.frontend.rewrites import rewrite_model
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
@@ -37,7 +39,15 @@ from korch.select.coverage import require_cover
 from korch.select.measured import SelectionStats, measured_selection
 from korch.settings import OptimizeSettings
 from korch.shapes import bucket_shapes, model_inputs
-from korch.verify import DEFAULT_RTOL, PlanCheck, PlanChecker, VerifyReport, verify_graph
+from korch.verify import (
+    DEFAULT_RTOL,
+    PlanCheck,
+    PlanChecker,
+    VerifyReport,
+    onnxruntime_runner,
+    random_feeds,
+    verify_graph,
+)
 
 log = logging.getLogger("korch.pipeline")
 
@@ -51,6 +61,8 @@ class FissionResult:
     verify: VerifyReport | None = None
     value_map: Mapping[str, str] | None = None   # ONNX value name -> primitive-graph value name
     opaque: tuple[OpaqueNode, ...] = ()           # ONNX nodes kept whole: only an ONNX engine runs them
+    rewrites: tuple[str, ...] = ()                # what frontend/rewrites.py changed, in words
+    original: onnx.ModelProto | None = None       # the model before those rewrites (None: none applied)
 
 
 def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
@@ -81,15 +93,42 @@ def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
 
 def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 verify: bool = False, seed: int = 0, rtol: float = DEFAULT_RTOL,
-                cache_dir: str | os.PathLike | None = None, strict: bool = False) -> FissionResult:
-    """`strict`: refuse nodes korch cannot fission instead of keeping them whole (opaque)."""
+                cache_dir: str | os.PathLike | None = None, strict: bool = False,
+                rewrite: bool = False) -> FissionResult:
+    """`strict`: refuse nodes korch cannot fission instead of keeping them whole (opaque). `rewrite`:
+    apply frontend/rewrites.py's algebraic rewrites first, checked against the model as given on a
+    random input (`rewrite_checked`); the result keeps the model as given in `original`."""
     t0 = time.perf_counter()
     model = load_model(resolve_model(source, cache_dir), input_shapes)
+    original, rewrites = None, ()
+    if rewrite:
+        rewritten, rewrites = rewrite_model(model)
+        if rewrites:
+            original, model = model, rewritten
     t1 = time.perf_counter()
     fissioned = fission_model(model, strict)
+    if original is not None and not rewrite_checked(original, model, random_feeds(fissioned.graph, seed), rtol):
+        original, model, rewrites = None, original, ()
+        fissioned = fission_model(model, strict)
     t2 = time.perf_counter()
     report = verify_graph(model, fissioned.graph, seed=seed, rtol=rtol) if verify else None
-    return FissionResult(model, fissioned.graph, t1 - t0, t2 - t1, report, fissioned.value_map, fissioned.opaque)
+    return FissionResult(model, fissioned.graph, t1 - t0, t2 - t1, report, fissioned.value_map, fissioned.opaque,
+                         rewrites, original)
+
+
+def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+                    rtol: float) -> bool:
+    """Whether onnxruntime gives the rewritten model's outputs within `rtol` of each output's scale of
+    the model's own, on `feeds`; rewrites that do not are dropped, with a warning (the plan is checked
+    against the model as given in the end either way)."""
+    want, got = onnxruntime_runner(model)(feeds), onnxruntime_runner(rewritten)(feeds)
+    for name, w in want.items():
+        scale = max(float(np.max(np.abs(w))), 1e-30) if w.size else 1.0
+        err = float(np.max(np.abs(got[name].astype(np.float64) - w))) / scale if w.size else 0.0
+        if not err <= rtol:
+            log.warning("rewrites dropped: output %r moved by %.2e of its scale (tolerance %.0e)", name, err, rtol)
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,6 +142,7 @@ class OptimizeStats:
 
     primitives: int
     opaque_nodes: int                 # ONNX nodes kept whole (no fission rule): only an ONNX engine runs them
+    rewrites: tuple[str, ...]         # algebraic rewrites applied before fission (frontend/rewrites.py), in words
     candidates: int
     regions: int
     unique_candidates: int
@@ -245,11 +285,15 @@ def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
     return options, steps
 
 
-def plan_checker(graph: Graph, source: OnnxSource, settings: OptimizeSettings) -> PlanChecker:
+def plan_checker(graph: Graph, source: OnnxSource, settings: OptimizeSettings,
+                 original: onnx.ModelProto | None = None) -> PlanChecker:
     """Checks plans against onnxruntime on `check_inputs` fresh random inputs, per output, under the
-    accuracy policy (korch/settings.py)."""
+    accuracy policy (korch/settings.py): onnxruntime running the model as the user gave it (`original`,
+    where rewrites changed it), not as korch rewrote it."""
     policy = settings.accuracy
     seeds = [settings.seed + 1 + k * 1000 for k in range(policy.check_inputs)]
+    if original is not None:
+        return PlanChecker(graph, original, seeds, policy.rtol, policy.tolerance)
     return PlanChecker(graph, source.model, seeds, policy.rtol, policy.tolerance, source.arrays)
 
 
@@ -268,7 +312,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     """
     start = time.perf_counter()
     machine = machine_fingerprint()
-    fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent, strict=settings.strict)
+    fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent, strict=settings.strict,
+                            rewrite=settings.rewrites, seed=settings.seed, rtol=settings.accuracy.rtol)
     graph = fissioned.graph
     onnx_source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), graph)
     fissioned = replace(fissioned, model=onnx_source.model)     # the model with its weights held once, in `graph`
@@ -299,7 +344,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     options, steps = build_options(graph, cands, profiled, settings)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
-    checker = plan_checker(graph, onnx_source, settings)
+    checker = plan_checker(graph, onnx_source, settings, fissioned.original)
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker,
                                   weights)
     select_seconds = time.perf_counter() - t0
@@ -308,7 +353,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     if check.ok and not selected.check_remembered and selected.problem:
         db.remember_check(selected.problem, {"weights": weights, "check": check.to_json()})
     stats = OptimizeStats(
-        primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque), candidates=len(cands.all), regions=len(cands.regions),
+        primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque),
+        rewrites=fissioned.rewrites, candidates=len(cands.all), regions=len(cands.regions),
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,
         profiled_cached=profiled.stored, profiled_again=profiled.retimed,
         compiled_ahead=profiled.ahead, machine_slowest=profiled.slowest,

@@ -299,6 +299,7 @@ class OptimizeSettings:
     regions: RegionLimits | None = RegionLimits()     # None: small candidates only
     seed: int = 0
     strict: bool = False            # refuse models with nodes korch cannot fission, instead of keeping them opaque
+    rewrites: bool = True           # algebraic rewrites that remove flops first (frontend/rewrites.py), checked
     profile: ProfileSettings = field(default_factory=ProfileSettings)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)

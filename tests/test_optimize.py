@@ -809,3 +809,18 @@ def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
     assert whole <= profiled
     tiles = {c.key for c in regions} - whole
     assert (profiled & tiles) == (set() if far_behind else tiles)
+
+
+def test_optimize_rewrites_the_model_and_checks_its_plan_against_the_model_as_given(db: ProfileDB) -> None:
+    model = zoo.to_model_proto("segformer-mini")
+    settings = replace(ORT_ONLY, profile=QUICK_PROFILE, selection=QUICK_SELECTION)
+    plan, session, stats = optimize(model, db, settings)
+    assert len(stats.rewrites) == 5 and "upsampled" in stats.rewrites[0], stats.rewrites   # the split, 4 folds
+    assert list(plan.summary["rewrites"]) == list(stats.rewrites)
+    assert not any(n.op_type == "Concat" and n.output[0] == "cat" for n in plan.source.model.graph.node)
+    feeds = random_feeds(plan.graph, seed=42)
+    expected = run_onnxruntime(model, feeds)           # the model as given, not as rewritten
+    for diff in diff_outputs(dict(zip(plan.graph.outputs, session.run(None, feeds))), expected):
+        assert diff.rel <= DEFAULT_RTOL, diff
+    _, _, plain = optimize(model, db, replace(settings, rewrites=False))
+    assert plain.rewrites == ()

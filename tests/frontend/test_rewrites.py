@@ -1,0 +1,178 @@
+"""Algebraic rewrites: a 1x1 convolution split over an upsampled concatenation, folded into a token MatMul."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from korch import zoo
+from korch.backends.reference import run_graph
+from korch.frontend.onnx_import import load_model
+from korch.frontend.rewrites import rewrite_model
+from korch.pipeline import rewrite_checked, run_fission
+from korch.verify import random_feeds, run_onnxruntime
+
+RTOL = 1e-5          # fp32 reassociation of a 1x1 convolution's sums: ~1e-7 of the output's scale measured
+
+
+def _model(*, kernel: int = 1, stride: int = 1, group: int = 1, upsample: bool = True, shared_resize: bool = False,
+           concat_is_output: bool = False, seed: int = 0) -> onnx.ModelProto:
+    """x1 [1,8,8,8] as is, x2 [1,6,4,4] upsampled by linear scales, x3 [1,4,2,2] by nearest sizes;
+    concatenated on channels (18), then a Conv of 5 outputs with bias, then Relu."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((5, 18 // group, kernel, kernel)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+             numpy_helper.from_array(np.array([1, 4, 8, 8], np.int64), "sizes")]
+    nodes = []
+    if upsample:
+        nodes += [helper.make_node("Resize", ["x2", "", "scales"], ["u2"], mode="linear"),
+                  helper.make_node("Resize", ["x3", "", "", "sizes"], ["u3"], mode="nearest")]
+        shapes = ([1, 6, 4, 4], [1, 4, 2, 2])
+    else:
+        nodes += [helper.make_node("Identity", ["x2"], ["u2"]), helper.make_node("Identity", ["x3"], ["u3"])]
+        shapes = ([1, 6, 8, 8], [1, 4, 8, 8])
+    nodes += [helper.make_node("Concat", ["x1", "u2", "u3"], ["cat"], axis=1),
+              helper.make_node("Conv", ["cat", "w", "b"], ["conv"], kernel_shape=[kernel, kernel],
+                               strides=[stride, stride], group=group, pads=[kernel // 2] * 4),
+              helper.make_node("Relu", ["conv"], ["y"])]
+    side = (8 - 1) // stride + 1
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, side, side])]
+    if shared_resize:
+        nodes.append(helper.make_node("Neg", ["u2"], ["u2_also"]))
+        outputs.append(helper.make_tensor_value_info("u2_also", TensorProto.FLOAT, [1, 6, 8, 8]))
+    if concat_is_output:
+        outputs.append(helper.make_tensor_value_info("cat", TensorProto.FLOAT, [1, 18, 8, 8]))
+    graph = helper.make_graph(nodes, "upsampled_concat", [
+        helper.make_tensor_value_info("x1", TensorProto.FLOAT, [1, 8, 8, 8]),
+        helper.make_tensor_value_info("x2", TensorProto.FLOAT, shapes[0]),
+        helper.make_tensor_value_info("x3", TensorProto.FLOAT, shapes[1])], outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return load_model(model)
+
+
+def _feeds(model: onnx.ModelProto, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim]).astype(np.float32)
+            for v in model.graph.input}
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def test_conv_over_upsampled_concat_splits_per_branch_and_agrees_with_the_model() -> None:
+    model = _model()
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and "3 branches (2 upsampled)" in notes[0], notes
+    ops = [n.op_type for n in rewritten.graph.node]
+    assert "Concat" not in ops and ops.count("Conv") == 3 and ops.count("Resize") == 2 and ops.count("Add") == 2
+    resize_sizes = [n for n in rewritten.graph.node if n.op_type == "Resize" and len(n.input) > 3 and n.input[3]]
+    sizes = {t.name: numpy_helper.to_array(t) for t in rewritten.graph.initializer}[resize_sizes[0].input[3]]
+    assert sizes.tolist() == [1, 5, 8, 8], "the upsampled branch now has the convolution's 5 channels"
+    onnx.checker.check_model(rewritten)
+    for seed in (1, 2):       # fresh inputs; the output depends on each of them
+        feeds = _feeds(model, seed)
+        want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
+        assert _rel(got, want) <= RTOL
+        assert float(np.std(want)) > 0.1
+    moved = dict(_feeds(model, 1), x3=_feeds(model, 9)["x3"])
+    assert _rel(run_onnxruntime(rewritten, moved)["y"], run_onnxruntime(model, _feeds(model, 1))["y"]) > 1e-3
+
+
+@pytest.mark.parametrize("variant", [dict(kernel=3), dict(stride=2), dict(upsample=False), dict(concat_is_output=True)],
+                         ids=["3x3 kernel", "strided", "nothing upsampled", "concat an output"])
+def test_conv_over_concat_is_left_alone_where_the_identity_or_the_saving_fails(variant: dict) -> None:
+    model = _model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert notes == () and rewritten is model
+
+
+def test_an_upsampled_branch_read_elsewhere_too_stays_at_full_resolution() -> None:
+    model = _model(shared_resize=True)
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and "3 branches (1 upsampled)" in notes[0], notes
+    assert any(n.op_type == "Resize" and n.output[0] == "u2" for n in rewritten.graph.node), "still read by Neg"
+    feeds = _feeds(model, 4)
+    want, got = run_onnxruntime(model, feeds), run_onnxruntime(rewritten, feeds)
+    for name in ("y", "u2_also"):
+        assert _rel(got[name], want[name]) <= RTOL
+
+
+def test_a_rewrite_that_changes_the_outputs_is_not_taken(caplog: pytest.LogCaptureFixture) -> None:
+    model = _model()
+    rewritten, _ = rewrite_model(model)
+    broken = onnx.ModelProto()
+    broken.CopyFrom(rewritten)
+    w = next(t for t in broken.graph.initializer if t.name.startswith("w_branch"))
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 1.01, w.name))
+    feeds = _feeds(model, 3)
+    assert rewrite_checked(model, rewritten, feeds, RTOL)
+    with caplog.at_level(logging.WARNING, logger="korch.pipeline"):
+        assert not rewrite_checked(model, broken, feeds, RTOL)
+    assert "rewrites dropped" in caplog.text
+
+
+def test_segformer_decoder_is_rewritten_and_fissions_to_the_model_as_given() -> None:
+    model = zoo.to_model_proto("segformer-mini")
+    plain = run_fission(model)
+    result = run_fission(model, rewrite=True, verify=True, seed=4)
+    assert plain.rewrites == () and plain.original is None
+    assert sum("4 branches (3 upsampled)" in r for r in result.rewrites) == 1
+    assert sum("folded into the token MatMul" in r for r in result.rewrites) == 4, result.rewrites
+    assert result.original is not None and not any(n.op_type == "Concat" and n.output[0] == "cat"
+                                                   for n in result.model.graph.node)
+    assert result.verify is not None and result.verify.ok, result.verify
+    feeds = random_feeds(result.graph, seed=5)
+    got = run_graph(result.graph, feeds)
+    want = run_onnxruntime(model, feeds)
+    for name, w in want.items():
+        assert _rel(got[name], w) <= 1e-4
+
+
+def _token_model(k: int = 6, c: int = 8, m: int = 5, image_read_twice: bool = False) -> onnx.ModelProto:
+    """t [1, 16, k] @ M [k, c] + b, to a [1, c, 4, 4] image, a 1x1 Conv of m outputs with bias, Relu."""
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array(rng.standard_normal((k, c)).astype(np.float32), "M"),
+             numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([1, c, 4, 4], np.int64), "shape"),
+             numpy_helper.from_array(rng.standard_normal((m, c, 1, 1)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "cb")]
+    nodes = [helper.make_node("MatMul", ["t", "M"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["lin"]),
+             helper.make_node("Transpose", ["lin"], ["tr"], perm=[0, 2, 1]),
+             helper.make_node("Reshape", ["tr", "shape"], ["img"]),
+             helper.make_node("Conv", ["img", "W", "cb"], ["conv"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["conv"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, 4, 4])]
+    if image_read_twice:
+        outputs.append(helper.make_tensor_value_info("img", TensorProto.FLOAT, [1, c, 4, 4]))
+    graph = helper.make_graph(nodes, "tokens", [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 16, k])],
+                              outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return load_model(model)
+
+
+def test_a_pointwise_conv_of_a_token_image_is_folded_into_the_token_matmul() -> None:
+    model = _token_model()
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and "folded into the token MatMul" in notes[0]
+    ops = [n.op_type for n in rewritten.graph.node]
+    assert ops == ["MatMul", "Add", "Transpose", "Reshape", "Relu"], ops
+    for seed in (1, 2):
+        feeds = _feeds(model, seed)
+        want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
+        assert _rel(got, want) <= RTOL and float(np.std(want)) > 0.1
+
+
+@pytest.mark.parametrize("variant", [dict(k=64, c=4, m=64), dict(image_read_twice=True)],
+                         ids=["no flops saved", "image read elsewhere"])
+def test_a_pointwise_conv_stays_where_folding_saves_nothing_or_the_image_is_needed(variant: dict) -> None:
+    model = _token_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert notes == () and rewritten is model
