@@ -284,8 +284,79 @@ def pointwise_conv_into_token_matmul(g: _Graph, node: onnx.NodeProto) -> Rewrite
     return Rewrite("pointwise_conv_into_token_matmul", removed, nodes, inits, note)
 
 
+def _parity_slice(g: _Graph, value: str) -> tuple[str, tuple[int, int], list[str]] | None:
+    """(source, (row parity, column parity), the values of its Slice chain) where `value` is
+    source[..., a::2, b::2] of a 4-D source, taken by one Slice over both spatial axes or by two in a
+    row; None otherwise."""
+    parity: dict[int, int] = {}
+    chain: list[str] = []
+    while len(parity) < 2:
+        node = g.producer.get(value)
+        if node is None or node.op_type != "Slice" or len(node.input) < 5:
+            return None
+        starts, ends, axes, steps = (g.array(i) for i in node.input[1:5])
+        source = g.shapes.get(node.input[0])
+        if any(a is None for a in (starts, ends, axes, steps)) or source is None or len(source) != 4:
+            return None
+        for start, end, axis, step in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+            axis = axis % 4
+            if axis not in (2, 3) or axis in parity or step != 2 or start not in (0, 1) or end < source[axis]:
+                return None
+            parity[axis] = start
+        chain.append(value)
+        value = node.input[0]
+    return value, (parity[2], parity[3]), chain
+
+
+def space_to_depth_conv(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
+    """A convolution over a Focus stem's space-to-depth (the four pixel-parity slices x[..., a::2, b::2]
+    concatenated on channels) as one stride-2 convolution of x, with no slice or concatenation:
+
+        conv_{k x k, stride 1, pads p}(concat_q(x[..., a_q::2, b_q::2]))  =  conv_{2k x 2k, stride 2, pads 2p}(x)
+
+    with W'[m, c, 2u + a, 2v + b] = W[m, q C + c, u, v] for the branch q of parities (a, b): the same
+    products, read from x where the slices put them, and zero padding on both sides alike."""
+    if node.op_type != "Conv" or len(node.input) < 2 or _attr(node, "group", 1) != 1:
+        return None
+    w = g.array(node.input[1])
+    if w is None or w.ndim != 4 or any(s != 1 for s in _attr(node, "strides", [1, 1])):
+        return None
+    if any(d != 1 for d in _attr(node, "dilations", [1, 1])) or _attr(node, "auto_pad", b"NOTSET") not in (
+            b"NOTSET", "NOTSET"):
+        return None
+    concat = g.producer.get(node.input[0])
+    if (concat is None or concat.op_type != "Concat" or len(concat.input) != 4 or _attr(concat, "axis", None) not in (1, -3)
+            or g.only_consumer(concat.output[0]) is not node):
+        return None
+    parts = [_parity_slice(g, x) for x in concat.input]
+    if any(p is None for p in parts) or len({p[0] for p in parts}) != 1 or len({p[1] for p in parts}) != 4:
+        return None
+    source = parts[0][0]
+    shape = g.shapes.get(source)
+    chains = [v for p in parts for v in p[2]]
+    # every slice read only inside this space-to-depth (two chains may share their first slice)
+    if shape is None or any(u.output[0] not in chains and u is not concat for v in chains for u in g.consumers.get(v, [])):
+        return None
+    if any(v in g.outputs for v in chains) or shape[2] % 2 or shape[3] % 2:
+        return None
+    channels = shape[1]
+    m, _, kh, kw = w.shape
+    big = np.zeros((m, channels, 2 * kh, 2 * kw), w.dtype)
+    for q, (_, (a, b), _) in enumerate(parts):
+        big[:, :, a::2, b::2] = w[:, q * channels:(q + 1) * channels]
+    w_name = g.fresh(f"{node.input[1]}_space_to_depth")
+    pads = [2 * p for p in _attr(node, "pads", [0, 0, 0, 0])]
+    inputs = [source, w_name, *node.input[2:3]]
+    conv = helper.make_node("Conv", inputs, [node.output[0]], name=g.fresh(f"{node.name or 'conv'}_space_to_depth"),
+                            kernel_shape=[2 * kh, 2 * kw], strides=[2, 2], pads=pads)
+    removed = (concat.output[0], node.output[0], *dict.fromkeys(chains))
+    note = (f"{node.name or node.output[0]}: a {kh}x{kw} Conv over a space-to-depth of 4 strided Slices and a "
+            f"Concat as one {2 * kh}x{2 * kw} stride-2 Conv of its source: nothing sliced or concatenated")
+    return Rewrite("space_to_depth_conv", removed, (conv,), (numpy_helper.from_array(big, w_name),), note)
+
+
 Rule = Callable[[_Graph, onnx.NodeProto], Rewrite | None]
-RULES: tuple[Rule, ...] = (conv_over_upsampled_concat, pointwise_conv_into_token_matmul)
+RULES: tuple[Rule, ...] = (conv_over_upsampled_concat, pointwise_conv_into_token_matmul, space_to_depth_conv)
 
 
 def rewrite_model(model: onnx.ModelProto, rules: Sequence[Rule] = RULES) -> tuple[onnx.ModelProto, tuple[str, ...]]:

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from korch import zoo
 from korch.backends.reference import run_graph
+from korch.errors import ModelLoadError
 from korch.frontend.onnx_import import load_model
 from korch.frontend.rewrites import rewrite_model
 from korch.pipeline import rewrite_checked, run_fission
@@ -176,3 +177,58 @@ def test_a_pointwise_conv_stays_where_folding_saves_nothing_or_the_image_is_need
     model = _token_model(**variant)
     rewritten, notes = rewrite_model(model)
     assert notes == () and rewritten is model
+
+
+def _focus_model(pads: int = 1, kernel: int = 3, odd: bool = False, order=((0, 0), (1, 0), (0, 1), (1, 1)),
+                 one_slice: bool = False) -> onnx.ModelProto:
+    """YOLOX's Focus stem: x [1, 3, H, W] sliced by pixel parity (two Slices per branch, rows then
+    columns, or one over both axes), the four concatenated in `order`, then a Conv of 6 outputs."""
+    side = 9 if odd else 8
+    rng = np.random.default_rng(11)
+    big = np.iinfo(np.int64).max
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 12, kernel, kernel)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "b")]
+    for name, value in {"zero": [0], "one": [1], "end": [big], "two": [2], "ax2": [2], "ax3": [3],
+                        "zz": [0, 0], "ends2": [big, big], "axes23": [2, 3], "steps22": [2, 2]}.items():
+        inits.append(numpy_helper.from_array(np.array(value, np.int64), name))
+    for a in (0, 1):
+        for b in (0, 1):
+            inits.append(numpy_helper.from_array(np.array([a, b], np.int64), f"start{a}{b}"))
+    nodes, branches = [], []
+    for k, (a, b) in enumerate(order):
+        if one_slice:
+            nodes.append(helper.make_node("Slice", ["x", f"start{a}{b}", "ends2", "axes23", "steps22"], [f"s{k}"]))
+        else:
+            nodes += [helper.make_node("Slice", ["x", "one" if a else "zero", "end", "ax2", "two"], [f"r{k}"]),
+                      helper.make_node("Slice", [f"r{k}", "one" if b else "zero", "end", "ax3", "two"], [f"s{k}"])]
+        branches.append(f"s{k}")
+    nodes += [helper.make_node("Concat", branches, ["cat"], axis=1),
+              helper.make_node("Conv", ["cat", "w", "b"], ["y"], kernel_shape=[kernel, kernel], pads=[pads] * 4)]
+    half = (side + 1) // 2
+    out = half + 2 * pads - kernel + 1
+    graph = helper.make_graph(nodes, "focus", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, side, side])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, out, out])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("variant", [dict(), dict(pads=0), dict(kernel=1, pads=0), dict(one_slice=True),
+                                     dict(order=((1, 1), (0, 0), (0, 1), (1, 0)))],
+                         ids=["3x3 pads 1", "3x3 no pads", "1x1", "one Slice per branch", "other order"])
+def test_a_conv_over_a_space_to_depth_becomes_one_stride_2_conv_of_its_source(variant: dict) -> None:
+    model = load_model(_focus_model(**variant))
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and "stride-2 Conv" in notes[0], notes
+    assert [n.op_type for n in rewritten.graph.node] == ["Conv"]
+    for seed in (1, 2):
+        feeds = _feeds(model, seed)
+        want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
+        assert _rel(got, want) <= RTOL and float(np.std(want)) > 0.1
+
+
+def test_a_space_to_depth_of_an_odd_image_is_not_a_stride_2_conv() -> None:
+    with pytest.raises(ModelLoadError):     # its four slices differ in size: the model itself is invalid
+        load_model(_focus_model(odd=True))
+    model = load_model(_focus_model(order=((0, 0), (1, 0), (0, 1), (0, 1))))      # a parity twice, one missing
+    assert rewrite_model(model) == (model, ())
