@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from korch.cli import main
+from korch.cli import _settings, build_parser, main
 from korch.errors import ExitCode
 from korch.verify import run_onnxruntime
 
@@ -131,3 +131,9 @@ def test_the_verbose_log_says_when_each_line_happened() -> None:
     record = logging.LogRecord("korch.select", logging.INFO, __file__, 1, "side by side: %s", ("x",), None)
     record.relativeCreated = 41_870.0
     assert ElapsedFormatter().format(record) == "   41.9s korch.select: side by side: x"
+
+
+def test_optimize_rewrites_by_default_and_not_with_no_rewrites() -> None:
+    parser = build_parser()
+    assert _settings(parser.parse_args(["optimize", "m.onnx", "-o", "p"])).rewrites
+    assert not _settings(parser.parse_args(["optimize", "m.onnx", "-o", "p", "--no-rewrites"])).rewrites
