@@ -103,6 +103,12 @@ class _Graph:
         users = self.consumers.get(value, [])
         return users[0] if len(users) == 1 and value not in self.outputs else None
 
+    def feeding(self, node: onnx.NodeProto, op_type: str, index: int = 0) -> onnx.NodeProto | None:
+        """The `op_type` node that makes `node`'s input `index`, if `node` alone reads what it makes."""
+        producer = self.producer.get(node.input[index])
+        ok = producer is not None and producer.op_type == op_type and self.only_consumer(producer.output[0]) is node
+        return producer if ok else None
+
 
 def _flops(n: float) -> str:
     return f"{n / 1e9:.2f} GFLOP" if n >= 1e8 else f"{n / 1e6:.1f} MFLOP"
@@ -160,8 +166,8 @@ def conv_over_upsampled_concat(g: _Graph, node: onnx.NodeProto) -> Rewrite | Non
     w = _pointwise_conv(g, node)
     if w is None:
         return None
-    concat = g.producer.get(node.input[0])
-    if concat is None or concat.op_type != "Concat" or g.only_consumer(concat.output[0]) is not node:
+    concat = g.feeding(node, "Concat")
+    if concat is None:
         return None
     out = g.shapes.get(concat.output[0])
     if out is None or len(out) != 4 or _attr(concat, "axis", None) not in (1, -3):
@@ -237,15 +243,12 @@ def pointwise_conv_into_token_matmul(g: _Graph, node: onnx.NodeProto) -> Rewrite
     w = _pointwise_conv(g, node)
     if w is None:
         return None
-    reshape = g.producer.get(node.input[0])
-    if reshape is None or reshape.op_type != "Reshape" or g.only_consumer(reshape.output[0]) is not node:
+    reshape = g.feeding(node, "Reshape")
+    transpose = g.feeding(reshape, "Transpose") if reshape is not None else None
+    if transpose is None or list(_attr(transpose, "perm", [])) != [0, 2, 1]:
         return None
-    transpose = g.producer.get(reshape.input[0])
-    if (transpose is None or transpose.op_type != "Transpose" or list(_attr(transpose, "perm", [])) != [0, 2, 1]
-            or g.only_consumer(transpose.output[0]) is not reshape):
-        return None
-    add = g.producer.get(transpose.input[0])
-    if add is None or add.op_type != "Add" or g.only_consumer(add.output[0]) is not transpose:
+    add = g.feeding(transpose, "Add")
+    if add is None:
         return None
     matmul = next((p for i in add.input if (p := g.producer.get(i)) is not None and p.op_type == "MatMul"), None)
     bias_name = next((i for i in add.input if matmul is None or i != matmul.output[0]), None)
@@ -324,9 +327,8 @@ def space_to_depth_conv(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
     if any(d != 1 for d in _attr(node, "dilations", [1, 1])) or _attr(node, "auto_pad", b"NOTSET") not in (
             b"NOTSET", "NOTSET"):
         return None
-    concat = g.producer.get(node.input[0])
-    if (concat is None or concat.op_type != "Concat" or len(concat.input) != 4 or _attr(concat, "axis", None) not in (1, -3)
-            or g.only_consumer(concat.output[0]) is not node):
+    concat = g.feeding(node, "Concat")
+    if concat is None or len(concat.input) != 4 or _attr(concat, "axis", None) not in (1, -3):
         return None
     parts = [_parity_slice(g, x) for x in concat.input]
     if any(p is None for p in parts) or len({p[0] for p in parts}) != 1 or len({p[1] for p in parts}) != 4:
