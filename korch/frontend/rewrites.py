@@ -167,7 +167,7 @@ def conv_over_upsampled_concat(g: _Graph, node: onnx.NodeProto) -> Rewrite | Non
     if w is None:
         return None
     concat = g.feeding(node, "Concat")
-    if concat is None:
+    if concat is None or len(concat.input) < 2:
         return None
     out = g.shapes.get(concat.output[0])
     if out is None or len(out) != 4 or _attr(concat, "axis", None) not in (1, -3):
