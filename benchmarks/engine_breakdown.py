@@ -66,32 +66,6 @@ def op_class(op: str) -> str:
     return "other"
 
 
-def random_feeds(model_path: Path, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random feeds of each input's declared shape and element type (integer inputs in [0, 100))."""
-    import onnx
-    from onnx import helper
-
-    model = onnx.load(str(model_path), load_external_data=False)
-    inits = {i.name for i in model.graph.initializer}
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for value in model.graph.input:
-        if value.name in inits:
-            continue
-        t = value.type.tensor_type
-        shape = [d.dim_value for d in t.shape.dim]
-        if any(s <= 0 for s in shape):
-            raise SystemExit(f"{model_path}: input {value.name!r} has a symbolic dim; export it with fixed shapes")
-        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
-        if np.issubdtype(dtype, np.integer):
-            feeds[value.name] = rng.integers(0, 100, size=shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[value.name] = np.ones(shape, dtype=bool)
-        else:
-            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
-
-
 def onnxruntime_breakdown(path: Path, feeds: dict, threads: int, runs: int) -> tuple[float, dict[str, float]]:
     """(ms per call, {op type: ms per call}) from onnxruntime's profiler."""
     import onnxruntime as ort
@@ -168,16 +142,20 @@ def matmul_peak(threads: int, n: int = 2048) -> float:
     return 2 * n ** 3 / best
 
 
-def linear_flops(path: Path) -> float:
-    """Flops of the model's convolutions and matrix products (two per multiply-add), from korch's fission."""
-    from korch.candidates.regions import _region
-    from korch.costmodel.features import candidate_features
+def fissioned(path: Path):
+    """The model's primitive graph (korch's fission), for its feeds and its linear flops."""
     from korch.frontend import load_model
     from korch.frontend.fission.driver import fission_model
 
-    graph = fission_model(load_model(str(path)), False).graph
-    n = sum(1 for _ in graph.nodes)
-    return candidate_features(graph, _region(graph, 0, n))["linear_flops"]
+    return fission_model(load_model(str(path)), False).graph
+
+
+def linear_flops(graph) -> float:
+    """Flops of the graph's convolutions and matrix products (two per multiply-add): korch's feature."""
+    from korch.candidates.regions import _region
+    from korch.costmodel.features import candidate_features
+
+    return candidate_features(graph, _region(graph, 0, len(graph.nodes)))["linear_flops"]
 
 
 def model_path(spec: str, cache: Path) -> Path:
@@ -189,9 +167,12 @@ def model_path(spec: str, cache: Path) -> Path:
 
 
 def breakdown(spec: str, engines: list[str], threads: int, runs: int, cache: Path, top: int, peak: float) -> dict:
+    from korch.verify import random_feeds
+
     path = model_path(spec, cache)
-    feeds = random_feeds(path)
-    flops = linear_flops(path)
+    graph = fissioned(path)
+    feeds = random_feeds(graph)
+    flops = linear_flops(graph)
     result: dict = {"model": spec, "threads": threads, "runs": runs, "linear_gflop": flops / 1e9, "engines": {}}
     for name in engines:
         time.sleep(0.3)                  # let the previous engine's pool park (see the project guide)

@@ -44,6 +44,7 @@ from korch.verify import (
     PlanCheck,
     PlanChecker,
     VerifyReport,
+    diff_outputs,
     onnxruntime_runner,
     random_feeds,
     verify_graph,
@@ -119,14 +120,12 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
 def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
                     rtol: float) -> bool:
     """Whether onnxruntime gives the rewritten model's outputs within `rtol` of each output's scale of
-    the model's own, on `feeds`; rewrites that do not are dropped, with a warning (the plan is checked
-    against the model as given in the end either way)."""
-    want, got = onnxruntime_runner(model)(feeds), onnxruntime_runner(rewritten)(feeds)
-    for name, w in want.items():
-        scale = max(float(np.max(np.abs(w))), 1e-30) if w.size else 1.0
-        err = float(np.max(np.abs(got[name].astype(np.float64) - w))) / scale if w.size else 0.0
-        if not err <= rtol:
-            log.warning("rewrites dropped: output %r moved by %.2e of its scale (tolerance %.0e)", name, err, rtol)
+    the model's own, on `feeds` (verify.diff_outputs); rewrites that do not are dropped, with a warning
+    (the plan is checked against the model as given in the end either way)."""
+    for diff in diff_outputs(onnxruntime_runner(rewritten)(feeds), onnxruntime_runner(model)(feeds)):
+        if not diff.rel <= rtol:
+            log.warning("rewrites dropped: output %r moved by %.2e of its scale (tolerance %.0e)",
+                        diff.name, diff.rel, rtol)
             return False
     return True
 

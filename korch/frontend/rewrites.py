@@ -407,7 +407,7 @@ def rewrite_model(model: onnx.ModelProto, rules: Sequence[Rule] = RULES) -> tupl
             break
         current = _apply(current, done)
         notes.append(done.note)
-        log.info("rewrite: %s", done.note)
+        log.info("rewrite (%s): %s", done.rule, done.note)
     return current, tuple(notes)
 
 
@@ -419,15 +419,15 @@ def _apply(model: onnx.ModelProto, rewrite: Rewrite) -> onnx.ModelProto:
     kept: list[onnx.NodeProto] = []
     for n in g.node:
         if any(o in removed for o in n.output):
-            if n.output[0] == rewrite.removed[1]:        # the convolution: the new nodes take its place
+            if n.output[0] == rewrite.removed[1]:        # the rule's anchor: the new nodes take its place
                 kept.extend(rewrite.nodes)
             continue
         kept.append(n)
     del g.node[:]
     g.node.extend(kept)
     g.initializer.extend(rewrite.initializers)
-    used = {i for n in g.node for i in n.input}
-    unused = [t for t in g.initializer if t.name not in used and t.name not in {o.name for o in g.output}]
+    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    unused = [t for t in g.initializer if t.name not in used]
     for t in unused:
         g.initializer.remove(t)
     del g.value_info[:]
