@@ -1,4 +1,5 @@
-"""Algebraic rewrites: a 1x1 convolution split over an upsampled concatenation, folded into a token MatMul."""
+"""Algebraic rewrites: a 1x1 convolution split over an upsampled concatenation, folded into a token MatMul;
+a Focus stem as a stride-2 convolution; a 3x3 convolution over a nearest upsampling as a sub-pixel convolution."""
 
 from __future__ import annotations
 
@@ -238,3 +239,82 @@ def test_a_space_to_depth_of_an_odd_image_is_not_a_stride_2_conv() -> None:
         load_model(_focus_model(odd=True))
     model = load_model(_focus_model(order=((0, 0), (1, 0), (0, 1), (0, 1))))      # a parity twice, one missing
     assert rewrite_model(model) == (model, ())
+
+
+def _upsample_model(*, pad: str = "reflect", transform: str = "asymmetric", rounding: str = "floor",
+                    kernel: int = 3, stride: int = 1, mode: str = "nearest", pad_width: int = 1, fill: float = 0.0,
+                    by_sizes: bool = False, upsampled_read_twice: bool = False) -> onnx.ModelProto:
+    """x [1, 6, 5, 7] upsampled 2x (a nearest Resize by scales, or sizes), padded (`pad`: a Pad of that
+    mode, or "conv": the Conv's own zero pads), then a Conv of 4 outputs with bias, then Relu."""
+    rng = np.random.default_rng(21)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 6, kernel, kernel)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+             numpy_helper.from_array(np.array([1, 6, 10, 14], np.int64), "sizes"),
+             numpy_helper.from_array(np.array([0, 0, pad_width, pad_width] * 2, np.int64), "pads"),
+             numpy_helper.from_array(np.array(fill, np.float32), "fill")]
+    scale_inputs = ["x", "", "", "sizes"] if by_sizes else ["x", "", "scales"]
+    nodes = [helper.make_node("Resize", scale_inputs, ["up"], mode=mode, coordinate_transformation_mode=transform,
+                              nearest_mode=rounding)]
+    conv_in, conv_pads = "up", [pad_width] * 4
+    if pad != "conv":
+        nodes.append(helper.make_node("Pad", ["up", "pads", *(["fill"] if pad == "constant" else [])], ["padded"],
+                                      mode=pad))
+        conv_in, conv_pads = "padded", [0] * 4
+    side = (10 + 2 * pad_width - kernel) // stride + 1, (14 + 2 * pad_width - kernel) // stride + 1
+    nodes += [helper.make_node("Conv", [conv_in, "w", "b"], ["conv"], kernel_shape=[kernel, kernel],
+                               strides=[stride, stride], pads=conv_pads),
+              helper.make_node("Relu", ["conv"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, *side])]
+    if upsampled_read_twice:
+        outputs.append(helper.make_tensor_value_info("up", TensorProto.FLOAT, [1, 6, 10, 14]))
+    graph = helper.make_graph(nodes, "upsample_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                     [1, 6, 5, 7])],
+                              outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return load_model(model)
+
+
+@pytest.mark.parametrize("variant", [dict(), dict(pad="edge"), dict(pad="constant"), dict(pad="conv"),
+                                     dict(by_sizes=True),
+                                     dict(transform="half_pixel", rounding="round_prefer_floor"),
+                                     dict(transform="pytorch_half_pixel", rounding="round_prefer_ceil")],
+                         ids=["reflect", "edge", "zeros", "conv pads", "sizes", "half_pixel", "pytorch_half_pixel"])
+def test_a_3x3_conv_over_a_nearest_2x_upsampling_becomes_a_subpixel_conv(variant: dict) -> None:
+    model = _upsample_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and "four 2x2 Convs" in notes[0], notes
+    ops = [n.op_type for n in rewritten.graph.node]
+    edge = variant.get("pad", "reflect") in ("reflect", "edge")
+    assert ops == [*(["Pad"] if edge else []), "Conv", "DepthToSpace", "Slice", "Relu"], ops
+    onnx.checker.check_model(rewritten)
+    for seed in (1, 2):       # fresh inputs; an image with a border unlike its inside
+        feeds = _feeds(model, seed)
+        feeds["x"][..., 0, :] += 3.0
+        feeds["x"][..., :, -1] -= 2.0
+        want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
+        assert _rel(got, want) <= RTOL and float(np.std(want)) > 0.1
+
+
+@pytest.mark.parametrize("variant", [dict(mode="linear"), dict(rounding="ceil"), dict(kernel=5, pad_width=2),
+                                     dict(stride=2), dict(pad_width=2), dict(pad="constant", fill=1.0),
+                                     dict(upsampled_read_twice=True)],
+                         ids=["linear", "not a copy of i // 2", "5x5", "strided", "pads 2", "fill 1",
+                              "upsampled image read elsewhere"])
+def test_a_conv_over_an_upsampling_is_left_alone_where_the_subpixel_identity_fails(variant: dict) -> None:
+    model = _upsample_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert notes == () and rewritten is model
+
+
+def test_candy_decoder_convs_become_subpixel_convs_and_fission_to_the_model_as_given() -> None:
+    model = zoo.to_model_proto("candy-mini")
+    result = run_fission(model, rewrite=True, verify=True, seed=6)
+    assert sum("four 2x2 Convs" in r for r in result.rewrites) == 2, result.rewrites
+    assert not any(n.op_type == "Resize" for n in result.model.graph.node)
+    assert result.verify is not None and result.verify.ok, result.verify
+    feeds = random_feeds(result.graph, seed=7)
+    got, want = run_graph(result.graph, feeds), run_onnxruntime(model, feeds)
+    for name, w in want.items():
+        assert _rel(got[name], w) <= 1e-4
