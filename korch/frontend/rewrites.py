@@ -13,7 +13,7 @@ upsampled (Resize, nearest or linear):
 
     W * concat(up_1(x_1), ..., x_k)  =  up_1(W_1 * x_1) + ... + W_k * x_k   (+ bias, once)
 
-where W_i is W's slice of input channels that branch i fills. A 1x1 convolution mixes channels pixel
+where W_i is W's slice of input channels that branch i fills (one branch: W * up(x) = up(W * x)). A 1x1 convolution mixes channels pixel
 by pixel, and an upsampling of one channel at a time takes each output pixel as a weighted sum of
 input pixels with weights that sum to one (linear) or a copy of one (nearest), the same for every
 channel; so the two commute, and a constant passes through it unchanged. The product then runs at
@@ -183,17 +183,18 @@ def conv_over_upsampled_concat(g: _Graph, node: onnx.NodeProto) -> Rewrite | Non
     w = _pointwise_conv(g, node)
     if w is None:
         return None
-    concat = g.feeding(node, "Concat")
-    if concat is None or len(concat.input) < 2:
+    concat = g.feeding(node, "Concat")        # None: the convolution reads one branch, maybe upsampled
+    if concat is not None and (len(concat.input) < 2 or _attr(concat, "axis", None) not in (1, -3)):
         return None
-    out = g.shapes.get(concat.output[0])
-    if out is None or len(out) != 4 or _attr(concat, "axis", None) not in (1, -3):
+    joint = concat if concat is not None else node
+    out = g.shapes.get(joint.output[0] if concat is not None else node.input[0])
+    if out is None or len(out) != 4:
         return None
-    branches = [(x, g.shapes.get(x)) for x in concat.input]
+    branches = [(x, g.shapes.get(x)) for x in (concat.input if concat is not None else node.input[:1])]
     if any(s is None or len(s) != 4 for _, s in branches) or sum(s[1] for _, s in branches) != w.shape[1]:
         return None
     ups = [g.producer.get(x) for x, _ in branches]
-    ups = [u if u is not None and _spatial_upsample(g, u) and g.only_consumer(u.output[0]) is concat else None
+    ups = [u if u is not None and _spatial_upsample(g, u) and g.only_consumer(u.output[0]) is joint else None
            for u in ups]
     if not any(ups):            # no branch runs at a lower resolution: nothing saved
         return None
@@ -227,7 +228,7 @@ def conv_over_upsampled_concat(g: _Graph, node: onnx.NodeProto) -> Rewrite | Non
                 s_name = g.fresh(f"{resize_inputs[3]}_branch{k}")
                 inits.append(numpy_helper.from_array(sizes.astype(np.int64), s_name))
                 resize_inputs[3] = s_name
-            term = g.fresh(f"{up.output[0]}_mixed")
+            term = node.output[0] if len(branches) == 1 else g.fresh(f"{up.output[0]}_mixed")
             nodes.append(helper.make_node("Resize", resize_inputs, [term], name=g.fresh(f"{up.name or 'resize'}_mixed"),
                                           domain=up.domain, **{a.name: helper.get_attribute_value(a) for a in up.attribute}))
         terms.append(term)
@@ -236,10 +237,16 @@ def conv_over_upsampled_concat(g: _Graph, node: onnx.NodeProto) -> Rewrite | Non
         total_out = node.output[0] if k == len(terms) - 1 else g.fresh(f"{node.output[0]}_sum{k}")
         nodes.append(helper.make_node("Add", [total, term], [total_out], name=g.fresh(f"{node.name or 'conv'}_sum{k}")))
         total = total_out
-    removed = (concat.output[0], node.output[0], *(u.output[0] for u in ups if u is not None))
-    note = (f"{node.name or node.output[0]}: 1x1 Conv over a Concat of {len(branches)} branches "
-            f"({sum(u is not None for u in ups)} upsampled) split per branch, each at its own resolution: "
-            f"{_flops(flops_before)} -> {_flops(flops_after)}, the concatenation not written")
+    upsampled = [u.output[0] for u in ups if u is not None]
+    if concat is None:
+        removed = (upsampled[0], node.output[0])
+        note = (f"{node.name or node.output[0]}: 1x1 Conv moved before the upsampling it read: "
+                f"{_flops(flops_before)} -> {_flops(flops_after)}")
+    else:
+        removed = (concat.output[0], node.output[0], *upsampled)
+        note = (f"{node.name or node.output[0]}: 1x1 Conv over a Concat of {len(branches)} branches "
+                f"({len(upsampled)} upsampled) split per branch, each at its own resolution: "
+                f"{_flops(flops_before)} -> {_flops(flops_after)}, the concatenation not written")
     return Rewrite("conv_over_upsampled_concat", removed, tuple(nodes), tuple(inits), note, flops_before - flops_after)
 
 

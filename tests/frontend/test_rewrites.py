@@ -318,3 +318,30 @@ def test_candy_decoder_convs_become_subpixel_convs_and_fission_to_the_model_as_g
     got, want = run_graph(result.graph, feeds), run_onnxruntime(model, feeds)
     for name, w in want.items():
         assert _rel(got[name], w) <= 1e-4
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_a_1x1_conv_right_after_an_upsampling_runs_before_it(mode: str) -> None:
+    """x [1, 6, 4, 5] upsampled to 8x10, then a 1x1 Conv of 3 outputs with bias (fewer channels to
+    upsample after the move), then Relu."""
+    rng = np.random.default_rng(31)
+    inits = [numpy_helper.from_array(rng.standard_normal((3, 6, 1, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["up"], mode=mode),
+             helper.make_node("Conv", ["up", "w", "b"], ["conv"], kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["conv"], ["y"])]
+    graph = helper.make_graph(nodes, "upsample_pointwise",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 10])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    model = load_model(model)
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and "moved before the upsampling" in notes[0], notes
+    assert [n.op_type for n in rewritten.graph.node] == ["Conv", "Resize", "Relu"]
+    onnx.checker.check_model(rewritten)
+    for seed in (1, 2):
+        feeds = _feeds(model, seed)
+        want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
+        assert _rel(got, want) <= RTOL and float(np.std(want)) > 0.1
