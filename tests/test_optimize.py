@@ -798,7 +798,7 @@ def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
                                                 compile_workers=1),     # compiled in place, as a large model's
                                 selection=QUICK_SELECTION)
     model = zoo.to_model_proto("candy-mini")
-    graph = run_fission(model).graph
+    graph = run_fission(model, rewrite=settings.rewrites).graph            # the graph optimize profiles
     regions = inductor_regions(enumerate_all(graph, settings), settings)
     whole = {c.key for c in regions if c.size == len(graph.nodes)}
     assert whole and len(regions) == 3

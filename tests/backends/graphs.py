@@ -1,4 +1,5 @@
-"""Small primitive graphs every backend's tests compile: a matmul + GELU block and a conv + bias + relu."""
+"""Small primitive graphs every backend's tests compile: a matmul + GELU block, a conv + bias + relu, a pixel
+shuffle with an edge pad."""
 
 from __future__ import annotations
 
@@ -31,3 +32,20 @@ def conv_bias_relu(rng: np.random.Generator) -> Graph:
     conv = b.emit("conv", [x, w], {"strides": (1, 1), "pads": (1, 1, 1, 1), "dilations": (1, 1), "group": 1})
     y = b.emit("relu", [b.emit("add", [conv, b.add_constant(rng.standard_normal((1, 8, 1, 1)).astype(F32))])])
     return check_graph(b.build([("y", y)]))
+
+
+def shuffle_edge_pad(rng: np.random.Generator) -> Graph:
+    """A pixel shuffle (DepthToSpace's reshape, transpose, reshape), cropped, relu, then an edge pad
+    and a 2x2 conv: the decoder of a sub-pixel rewrite (korch/frontend/rewrites.py), where Inductor's
+    own replicate pad fails to compile."""
+    b = GraphBuilder("shuffle_edge_pad")
+    x = b.add_input("x", TensorType((1, 32, 9, 9), DType.FLOAT32))
+    y = b.emit("reshape", [x], {"shape": (1, 2, 2, 8, 9, 9)})
+    y = b.emit("transpose", [y], {"perm": (0, 3, 4, 1, 5, 2)})
+    y = b.emit("reshape", [y], {"shape": (1, 8, 18, 18)})
+    y = b.emit("slice", [y], {"starts": (0, 0, 1, 1), "steps": (1, 1, 1, 1), "sizes": (1, 8, 16, 16)})
+    y = b.emit("relu", [y])
+    y = b.emit("pad", [y], {"pads": (0, 0, 1, 2, 0, 0, 1, 1), "mode": "edge", "value": 0.0})
+    w = b.add_constant(rng.standard_normal((4, 8, 2, 2)).astype(F32))
+    conv = b.emit("conv", [y, w], {"strides": (1, 1), "pads": (0, 0, 0, 0), "dilations": (1, 1), "group": 1})
+    return check_graph(b.build([("y", conv)]))

@@ -26,7 +26,7 @@ from korch.ir.graph import Graph, GraphBuilder, Value  # noqa: E402
 from korch.ir.opaque import OPAQUE, opaque_attrs  # noqa: E402
 from korch.ir.ops import OPS  # noqa: E402
 from korch.ir.types import DType, TensorType  # noqa: E402
-from tests.backends.graphs import conv_bias_relu, mlp_gelu  # noqa: E402
+from tests.backends.graphs import conv_bias_relu, mlp_gelu, shuffle_edge_pad  # noqa: E402
 from tests.backends.test_reference import CASES  # noqa: E402
 
 # Max |inductor - reference| over max |reference|, per float output; integer and bool outputs must be equal.
@@ -167,7 +167,7 @@ def test_all_primitives_in_one_compiled_graph(caplog: pytest.LogCaptureFixture, 
     _run_and_compare(graph, loaded, fresh, seed + 2)
 
 
-@pytest.mark.parametrize("make,threads", [(mlp_gelu, 1), (conv_bias_relu, 2)])
+@pytest.mark.parametrize("make,threads", [(mlp_gelu, 1), (conv_bias_relu, 2), (shuffle_edge_pad, 1)])
 def test_fused_candidate_matches_reference(make: Any, threads: int, caplog: pytest.LogCaptureFixture) -> None:
     seed = int(np.random.default_rng().integers(2**31))
     rng = np.random.default_rng(seed)

@@ -278,7 +278,7 @@ def _concat(xs: Sequence[Tensor], p: Prim) -> Tensor:
     return torch.cat(list(xs), p.attrs["axis"])
 
 
-_TORCH_PAD_MODES = {"reflect": "reflect", "edge": "replicate"}
+_TORCH_PAD_MODES = {"reflect": "reflect"}
 
 
 def _padded_tail(p: Prim) -> int:
@@ -310,6 +310,8 @@ def _pad(xs: Sequence[Tensor], p: Prim) -> Tensor:
     if mode == "constant":
         value = _pad_value(p.attrs["value"], p.in_dtypes[0])
         return F.pad(x, _torch_pads(pads[:rank], pads[rank:]), mode="constant", value=value)
+    if mode == "edge":
+        return _edge_pad(x, pads, rank)
     tail = _padded_tail(p)
     if tail == 0:
         return x
@@ -320,9 +322,23 @@ def _pad(xs: Sequence[Tensor], p: Prim) -> Tensor:
     return y.reshape(p.out_shape)
 
 
+def _edge_pad(x: Tensor, pads: Sequence[int], rank: int) -> Tensor:
+    """An edge pad as each padded axis's first and last slices, repeated, concatenated around it.
+    Not F.pad's replicate mode: Inductor (torch 2.13) fails to compile it after a pixel-shuffle view
+    (reshape, permute, reshape; what DepthToSpace fissions to) with "AssertionError: vr must not be
+    None", and so did clamped indices; concatenation compiles (tests/backends/test_inductor.py)."""
+    for axis in range(rank):
+        begin, end = pads[axis], pads[rank + axis]
+        if begin or end:
+            first = x.narrow(axis, 0, 1).expand(*[begin if a == axis else -1 for a in range(rank)])
+            last = x.narrow(axis, x.shape[axis] - 1, 1).expand(*[end if a == axis else -1 for a in range(rank)])
+            x = torch.cat([first, x, last], axis)
+    return x
+
+
 @check("pad")
 def _check_pad(p: Prim, graph: Graph, node: Node) -> str | None:
-    if p.attrs["mode"] != "constant" and _padded_tail(p) > MAX_TORCH_SPATIAL_DIMS:
+    if p.attrs["mode"] == "reflect" and _padded_tail(p) > MAX_TORCH_SPATIAL_DIMS:
         return (f"{p.attrs['mode']} pad spans the last {_padded_tail(p)} dims; "
                 f"torch pads at most {MAX_TORCH_SPATIAL_DIMS} in that mode")
     return None
