@@ -13,13 +13,14 @@ upsampled (Resize, nearest or linear):
 
     W * concat(up_1(x_1), ..., x_k)  =  up_1(W_1 * x_1) + ... + W_k * x_k   (+ bias, once)
 
-where W_i is W's slice of input channels that branch i fills (one branch: W * up(x) = up(W * x)). A 1x1 convolution mixes channels pixel
-by pixel, and an upsampling of one channel at a time takes each output pixel as a weighted sum of
-input pixels with weights that sum to one (linear) or a copy of one (nearest), the same for every
-channel; so the two commute, and a constant passes through it unchanged. The product then runs at
-the branch's own resolution: on SegFormer's all-MLP decoder (four 256-channel maps, three of them
-upsampled to 1/4 of the image, concatenated, fused by a 1024-to-256 convolution) it is 2.8 instead
-of 8.6 GFLOP at 512x512, and the 64 MB concatenation is never written.
+where W_i is W's slice of input channels that branch i fills (one branch: W * up(x) = up(W * x)).
+A 1x1 convolution mixes channels pixel by pixel, and an upsampling of one channel at a time takes
+each output pixel as a weighted sum of input pixels with weights that sum to one (linear) or a copy
+of one (nearest), the same for every channel; so the two commute, and a constant passes through it
+unchanged. The product then runs at the branch's own resolution: on SegFormer's all-MLP decoder
+(four 256-channel maps, three of them upsampled to 1/4 of the image, concatenated, fused by a
+1024-to-256 convolution) it is 2.8 instead of 8.6 GFLOP at 512x512, and the 64 MB concatenation is
+never written.
 
 pointwise_conv_into_token_matmul. Each of those branches was itself a token MatMul (the decoder's
 per-stage MLP) turned into an image: the 1x1 convolution now right after it folds into its weights
@@ -187,7 +188,7 @@ def conv_over_upsampled_concat(g: _Graph, node: onnx.NodeProto) -> Rewrite | Non
     if concat is not None and (len(concat.input) < 2 or _attr(concat, "axis", None) not in (1, -3)):
         return None
     joint = concat if concat is not None else node
-    out = g.shapes.get(joint.output[0] if concat is not None else node.input[0])
+    out = g.shapes.get(node.input[0])          # the image the convolution reads
     if out is None or len(out) != 4:
         return None
     branches = [(x, g.shapes.get(x)) for x in (concat.input if concat is not None else node.input[:1])]
@@ -453,8 +454,9 @@ def conv_over_nearest_upsample(g: _Graph, node: onnx.NodeProto) -> Rewrite | Non
 
     Of the 3 upsampled rows a 3x3 window reads at output row 2a + p, rows 2a and 2a + 1 are both
     copies of input row a, so their taps add into one (_SUBPIXEL_TAPS): a 2-tap filter over input
-    rows a - 1, a (p = 0) or a, a + 1 (p = 1), and the same for columns. The padding passes through: a reflect or edge pad of 1 of the upsampled image
-    is an edge pad of 1 of x, upsampled; zeros are zeros. The four kernels make one convolution of
+    rows a - 1, a (p = 0) or a, a + 1 (p = 1), and the same for columns. The padding passes through:
+    a reflect or edge pad of 1 of the upsampled image is an edge pad of 1 of x, upsampled; zeros are
+    zeros. The four kernels make one convolution of
     4M channels, ordered so that DepthToSpace puts output parity p at offset 1 - p of its 2x2 block;
     the result, shifted by one pixel, is sliced out. 16 instead of 36 products per input pixel
     (slightly more: (H + 1)(W + 1) instead of HW windows), and the upsampled image is never written:

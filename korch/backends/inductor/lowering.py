@@ -278,9 +278,6 @@ def _concat(xs: Sequence[Tensor], p: Prim) -> Tensor:
     return torch.cat(list(xs), p.attrs["axis"])
 
 
-_TORCH_PAD_MODES = {"reflect": "reflect"}
-
-
 def _padded_tail(p: Prim) -> int:
     """How many trailing dims a reflect/edge pad must cover: from the first padded axis to the end."""
     rank = len(p.in_shapes[0])
@@ -318,7 +315,7 @@ def _pad(xs: Sequence[Tensor], p: Prim) -> Tensor:
     # torch pads the last 1-3 dims of a tensor with one batch dim: fold the leading dims into one.
     shape = p.in_shapes[0]
     folded = x.reshape((prod(shape[:rank - tail]),) + shape[rank - tail:])
-    y = F.pad(folded, _torch_pads(pads[rank - tail:rank], pads[2 * rank - tail:]), mode=_TORCH_PAD_MODES[mode])
+    y = F.pad(folded, _torch_pads(pads[rank - tail:rank], pads[2 * rank - tail:]), mode="reflect")
     return y.reshape(p.out_shape)
 
 
