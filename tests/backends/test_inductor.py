@@ -203,6 +203,30 @@ def test_kernel_compiles_from_the_graphs_own_constants_and_leaves_them_unchanged
     assert all(np.array_equal(graph.constants[name], a) for name, a in before.items()), "a constant changed"
 
 
+@pytest.mark.parametrize("make", [mlp_gelu, conv_bias_relu])
+def test_a_kernel_of_a_loaded_graph_holds_the_constants_it_reads(make: Any, tmp_path: Path) -> None:
+    """A loaded plan's graph reads its constants lazily and holds none (serialize.LazyConstants):
+    the kernel must hold the arrays its frozen code shares, or their memory is freed and reused under
+    it (a loaded resnet-50's whole graph computed NaN). Here the freed blocks are reused at once, by
+    arrays of their sizes full of NaN."""
+    import gc
+
+    from korch.ir.serialize import load_graph, save_graph
+
+    seed = int(np.random.default_rng().integers(2**31))
+    rng = np.random.default_rng(seed)
+    save_graph(make(rng), tmp_path)
+    graph = load_graph(tmp_path)
+    sizes = [a.shape for a in graph.constants.values()]
+    kernel = InductorBackend().compile(graph, CompileOptions(threads=1))
+    gc.collect()
+    reuse = [np.full(shape, np.nan, F32) for shape in sizes for _ in range(50)]
+    for _ in range(2):
+        feeds = {name: rng.standard_normal(graph.types[name].shape).astype(F32) for name in graph.inputs}
+        _run_and_compare(graph, kernel, feeds, seed)
+    del reuse
+
+
 def test_a_kernels_generated_code_and_constants_are_freed_with_it() -> None:
     """Inductor registers every module it loads (PyCodeCache.modules, sys.modules), and a frozen
     graph's module holds the prepacked constants: the kernel must own them, or every profiled

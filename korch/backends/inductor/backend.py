@@ -170,6 +170,11 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
     if reason is not None:
         raise ValueError(f"inductor cannot compile {graph.name}: {reason}")
     torch.set_num_threads(options.threads)
+    # Read once and held by the kernel: the frozen constants share these arrays' memory. A loaded
+    # plan's graph reads its constants lazily and holds none (serialize.LazyConstants), so an array
+    # read for the module and then dropped was freed under the compiled code (a loaded resnet-50's
+    # whole graph computed NaN).
+    held = tuple(graph.constants.values())
     example = [torch.from_numpy(x).to(device) for x in warmup_inputs(graph)]
     fn, modules = _compile_kernel(graph, options, example, device, frozenset())
     relayout = strided_outputs(fn, example) if device == "cpu" else frozenset()
@@ -181,7 +186,7 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
         del fn, modules
         fn, modules = _compile_kernel(graph, options, example, device, relayout)
     copies = outputs_to_copy(fn, example) if device == "cpu" else ()          # .cpu() copies anyway
-    return InductorKernel(fn, options.threads, device, copies, modules, tuple(graph.constants.values()))
+    return InductorKernel(fn, options.threads, device, copies, modules, held)
 
 
 def _compile_kernel(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,
