@@ -95,3 +95,53 @@ def test_the_saved_source_is_the_model_with_its_large_weights_in_the_weights_fil
     _save_source(saved, again)
     assert (again / WEIGHTS_FILE).read_bytes() == (tmp_path / WEIGHTS_FILE).read_bytes()
     assert (again / "original.onnx").read_bytes() == (tmp_path / "original.onnx").read_bytes()
+
+
+def _saved_weights(model: onnx.ModelProto, directory: Path, previous: Path | None = None) -> bytes:
+    directory.mkdir()
+    _save_source(OnnxSource(model, {}), directory, previous)
+    return (directory / WEIGHTS_FILE).read_bytes()
+
+
+def test_a_save_over_the_same_weights_links_the_file_it_replaces(tmp_path: Path) -> None:
+    model = _model()
+    first = _saved_weights(model, tmp_path / "first")
+    previous = tmp_path / "first" / WEIGHTS_FILE
+    assert _saved_weights(model, tmp_path / "again", previous) == first
+    assert (tmp_path / "again" / WEIGHTS_FILE).stat().st_ino == previous.stat().st_ino     # linked, not written
+
+
+def _one_weight_changed(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    tensor = next(t for t in changed.graph.initializer if t.name == name)
+    array = numpy_helper.to_array(tensor).copy()
+    array.flat[-1] += 1
+    tensor.CopyFrom(numpy_helper.from_array(array, name))
+    return changed
+
+
+@pytest.mark.parametrize("how", ["a weight changed", "the file damaged", "the file longer", "the file shorter"])
+def test_a_save_over_other_bytes_writes_its_own(tmp_path: Path, how: str) -> None:
+    """However the file being replaced differs (at its start, middle or end, or in length), the
+    new file holds exactly what a save into an empty directory writes, and is not the old file."""
+    model = _model()
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    _save_source(OnnxSource(model, {}), previous)
+    old = previous / WEIGHTS_FILE
+    data = bytearray(old.read_bytes())
+    if how == "a weight changed":
+        model = _one_weight_changed(model, "idx")       # the second of three external weights
+    elif how == "the file damaged":
+        data[len(data) // 2] ^= 1
+    elif how == "the file longer":
+        data += b"\0" * 10
+    else:
+        del data[-1]
+    old.write_bytes(bytes(data))
+    wanted = _saved_weights(model, tmp_path / "fresh")
+    assert wanted != bytes(data)
+    assert _saved_weights(model, tmp_path / "saved", old) == wanted
+    assert (tmp_path / "saved" / WEIGHTS_FILE).stat().st_ino != old.stat().st_ino
+    assert old.read_bytes() == bytes(data), "the file being replaced was written to"

@@ -178,7 +178,7 @@ def save_plan(plan: Plan, directory: str | os.PathLike, shared: WeightsFile | No
         models: dict[str, str] = {}
         mapped: dict[str, Mapped] = {}
         if plan.source is not None:
-            saved = _save_source(plan.source, tmp)
+            saved = _save_source(plan.source, tmp, Path(directory) / WEIGHTS_FILE)
             mapped = _constants_in(plan.graph, WeightsFile.of(saved, tmp), saved.value_map)
             models = _save_models(plan, saved, tmp)
         artifacts = _save_kernels(plan, tmp)
@@ -516,14 +516,16 @@ def _save_kernels(plan: Plan, directory: Path) -> dict[str, str]:
     return saved
 
 
-def _save_source(source: OnnxSource, directory: Path) -> OnnxSource:
+def _save_source(source: OnnxSource, directory: Path, previous: Path | None = None) -> OnnxSource:
     """original.onnx with its large initializers moved to WEIGHTS_FILE, and value_map.json; returns
     the source as saved.
 
     The saved model is built field by field, each large initializer without its data: copying the
     whole model first (and then each weight out of the copy twice more) held the weights three times
     over for a moment, gpt2-small's optimize peaking 830 MB above its selection while it saved the
-    plan (benchmarks/plan_save_memory.py, BENCHMARKS.md)."""
+    plan (benchmarks/plan_save_memory.py, BENCHMARKS.md). `previous`: the weights file of the plan
+    this save replaces, linked instead of written again where it holds the same bytes
+    (`_WeightsWriter`)."""
     import onnx
     from onnx import numpy_helper
 
@@ -535,7 +537,7 @@ def _save_source(source: OnnxSource, directory: Path) -> OnnxSource:
     model = copy_fields(source.model, onnx.ModelProto(), skip=("graph",))
     copy_fields(source.model.graph, model.graph, skip=("initializer",))
     offset = 0
-    with open(directory / WEIGHTS_FILE, "wb") as f:
+    with _WeightsWriter(directory / WEIGHTS_FILE, previous) as f:
         for original in source.model.graph.initializer:
             if is_shared(original):
                 array = source.arrays[original.name]                        # (regions.share_weights)
@@ -561,6 +563,79 @@ def _save_source(source: OnnxSource, directory: Path) -> OnnxSource:
     (directory / "original.onnx").write_bytes(model.SerializeToString())
     (directory / "value_map.json").write_text(json.dumps(dict(source.value_map)))
     return OnnxSource(model, source.value_map, directory)
+
+
+class _WeightsWriter:
+    """Writes a weights file, or links `previous` in its place when it holds exactly the bytes written.
+
+    A warm optimize saves the same weights over the plan it replaces: writing them again was 1.2 s of
+    bert-base's 3.7 s warm optimize (435 MB). So while `previous` holds the same bytes so far, each
+    write is compared with it instead, a block at a time (`_same_bits`); at the first difference its
+    matching prefix is copied into `path` and writing goes on from there. A file that matched to its
+    end is hard-linked (copied where links are refused): the plan being replaced is removed by the
+    rename that puts the new one in place (`staged`), and no plan's file is ever written in place."""
+
+    def __init__(self, path: Path, previous: Path | None) -> None:
+        self.path, self.previous, self.offset = path, previous, 0
+        self.out = None
+        self.old: mmap.mmap | None = None
+        if previous is not None and previous.is_file():
+            with open(previous, "rb") as f:
+                if os.fstat(f.fileno()).st_size > 0:
+                    self.old = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if self.old is None:
+            self.out = open(path, "wb")
+
+    def write(self, data: bytes | memoryview) -> None:
+        data = memoryview(data).cast("B")
+        if self.old is not None and not self._matches(data):
+            self._diverge()
+        if self.out is not None:
+            self.out.write(data)
+        self.offset += len(data)
+
+    def _matches(self, data: memoryview) -> bool:
+        assert self.old is not None
+        if self.offset + len(data) > len(self.old):
+            return False
+        stored = np.frombuffer(self.old, np.uint8, len(data), self.offset)
+        try:
+            return _same_bits(stored, np.frombuffer(data, np.uint8))
+        finally:
+            del stored                      # (no view may outlive the mapping)
+            _let_go(self.old, self.offset, len(data))
+
+    def _diverge(self) -> None:
+        """From here on write: `path` starts as the prefix both files share."""
+        assert self.old is not None and self.previous is not None
+        self.old.close()
+        self.old = None
+        self.out = open(self.path, "wb")
+        with open(self.previous, "rb") as f:
+            left = self.offset
+            while left:
+                block = f.read(min(left, _COMPARE_BLOCK))
+                self.out.write(block)
+                left -= len(block)
+
+    def __enter__(self) -> _WeightsWriter:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if self.old is not None:
+            whole = self.offset == len(self.old)
+            if not whole and kind is None:
+                self._diverge()
+            else:
+                self.old.close()
+                self.old = None
+                if kind is None:
+                    try:
+                        os.link(self.previous, self.path)
+                    except OSError:
+                        shutil.copyfile(self.previous, self.path)
+        if self.out is not None:
+            self.out.close()
 
 
 # The fields of a TensorProto that hold its values (string_data is never moved out).
