@@ -1,6 +1,6 @@
 """The zoo benchmark behind BENCHMARKS.md: cold and warm optimize, then korch bench, per model.
 
-    python benchmarks/zoo_bench.py --threads 2 [--threads 1] [--out DIR] [NAME ...]
+    python benchmarks/zoo_bench.py --threads 2 [--threads 1] [--out DIR] [NAME or MODEL.onnx ...]
     python benchmarks/zoo_bench.py --table --out DIR     # print the table of a finished run again
 
 For each model and thread count, in separate processes: `korch optimize` with an empty profile
@@ -14,7 +14,8 @@ optimizer (a page shared by n of them counts 1/n in each, so the sum is what the
 summed RSS counts a library mapped in three processes three times). Results go to
 DIR/results.json (per system: median, p10, p90, peak RSS and error against onnxruntime; the cold
 optimize's seconds by stage, from its plan's summary) and the Markdown tables to stdout; nothing
-here is typed by hand. "vs best" is the fastest peer's median over korch's.
+here is typed by hand. "vs best" is the fastest peer's median over korch's. A model given as an
+ONNX file is named by its file's stem (benchmarks/export_torchvision.py writes some).
 """
 
 from __future__ import annotations
@@ -117,9 +118,18 @@ def _program(pid: int) -> str:
     return " ".join(Path(words[0]).name if i == 0 else w[:40] for i, w in enumerate(words)) or "?"
 
 
+def label(name: str) -> str:
+    """What the tables call a model: a zoo name, or an ONNX file's stem."""
+    return Path(name).stem if name.endswith(".onnx") else name
+
+
 def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
     """Cold + warm optimize and bench; with `previous` (--bench-only) only the bench, on the saved plan."""
-    work = out / f"{name}-t{threads}"
+    result = _run_one(name, threads, out / f"{label(name)}-t{threads}", previous)
+    return {**result, "model": label(name), "source": name}
+
+
+def _run_one(name: str, threads: int, work: Path, previous: dict | None) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"))
     korch = [sys.executable, "-m", "korch", "-q"]
@@ -264,9 +274,9 @@ def main() -> int:
     for threads in [] if args.table else args.threads or [2]:
         for name in args.names:
             print(f"== {name}, {threads} threads", file=sys.stderr, flush=True)
-            previous = next((r for r in results if (r["model"], r["threads"]) == (name, threads)
+            previous = next((r for r in results if (r["model"], r["threads"]) == (label(name), threads)
                              and "error" not in r), None) if args.bench_only else None
-            results = [r for r in results if (r["model"], r["threads"]) != (name, threads)]
+            results = [r for r in results if (r["model"], r["threads"]) != (label(name), threads)]
             results.append(run_one(name, threads, out, previous))
             results_path.write_text(json.dumps(results, indent=1))
     from korch.profile.database import machine_fingerprint
