@@ -345,3 +345,85 @@ def test_a_1x1_conv_right_after_an_upsampling_runs_before_it(mode: str) -> None:
         feeds = _feeds(model, seed)
         want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
         assert _rel(got, want) <= RTOL and float(np.std(want)) > 0.1
+
+
+def _linear_attention_model(*, heads: int = 2, d: int = 4, n: int = 12, pad_value: float = 1.0,
+                            num_outputs: bool = True, order=("q", "k", "v"), q_transposed_too: bool = False,
+                            output_read: bool = False, relu_q: bool = True) -> onnx.ModelProto:
+    """EfficientViT's LiteMLA attention as torch.onnx exports it: x [1, heads, 3d, n] transposed,
+    split into q, k, v (in `order`), relu(q) (relu(k)^T pad(v)), the last column divides the rest,
+    transposed back. `q_transposed_too`: relu(q) is also an output (read elsewhere);
+    `output_read`: the attention's product before the slices is also an output."""
+    inits = [numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 0, 1], np.int64), "pads"),
+             numpy_helper.from_array(np.array(pad_value, np.float32), "pad_value"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one"),
+             numpy_helper.from_array(np.array([1 << 62], np.int64), "big"),
+             numpy_helper.from_array(np.array([3], np.int64), "axis3"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps")]
+    split_kw = {"num_outputs": 3} if num_outputs else {}
+    split_in = ["t"] if num_outputs else ["t", "sizes"]
+    if not num_outputs:
+        inits.append(numpy_helper.from_array(np.array([d, d, d], np.int64), "sizes"))
+    relu_q_node = (helper.make_node("Relu", ["q"], ["rq"]) if relu_q else helper.make_node("Sigmoid", ["q"], ["rq"]))
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]),
+             helper.make_node("Split", split_in, list(order), axis=3, **split_kw),
+             relu_q_node, helper.make_node("Relu", ["k"], ["rk"]),
+             helper.make_node("Pad", ["v", "pads", "pad_value"], ["vp"], mode="constant"),
+             helper.make_node("Transpose", ["rk"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["kt", "vp"], ["kv"]),
+             helper.make_node("MatMul", ["rq", "kv"], ["o"]),
+             helper.make_node("Slice", ["o", "zero", "minus_one", "axis3", "one"], ["num"]),
+             helper.make_node("Slice", ["o", "minus_one", "big", "axis3", "one"], ["den"]),
+             helper.make_node("Add", ["den", "eps"], ["den_eps"]),
+             helper.make_node("Div", ["num", "den_eps"], ["y"]),
+             helper.make_node("Transpose", ["y"], ["out"], perm=[0, 1, 3, 2])]
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, heads, d, n])]
+    if q_transposed_too:
+        outputs.append(helper.make_tensor_value_info("rq", TensorProto.FLOAT, [1, heads, n, d]))
+    if output_read:
+        outputs.append(helper.make_tensor_value_info("o", TensorProto.FLOAT, [1, heads, n, d + 1]))
+    graph = helper.make_graph(nodes, "linear_attention",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, heads, 3 * d, n])],
+                              outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return load_model(model)
+
+
+@pytest.mark.parametrize("variant", [{}, {"num_outputs": False}, {"order": ("k", "v", "q")}, {"pad_value": 0.5},
+                                     {"heads": 3, "d": 8, "n": 49}])
+def test_linear_attention_runs_on_channel_first_q_k_v_without_transposing_them(variant: dict) -> None:
+    model = _linear_attention_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and "channel-first" in notes[0], notes
+    transposes = [n for n in rewritten.graph.node if n.op_type == "Transpose"]
+    assert len(transposes) == 1 and transposes[0].input[0].startswith("rk"), [n.input for n in transposes]
+    for seed in (0, 1):
+        feeds = _feeds(model, seed)
+        feeds["x"] = np.abs(feeds["x"])             # relu(k) . 1 > 0: the denominators are not near zero
+        want, got = run_onnxruntime(model, feeds), run_onnxruntime(rewritten, feeds)
+        assert _rel(got["out"], want["out"]) <= RTOL
+
+
+@pytest.mark.parametrize("variant", [{"q_transposed_too": True}, {"output_read": True}, {"relu_q": False}])
+def test_linear_attention_stays_as_given_where_a_value_is_read_elsewhere_or_the_pattern_differs(variant: dict) -> None:
+    model = _linear_attention_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert notes == () and rewritten is model
+
+
+def test_efficientvit_attention_runs_channel_first_and_fissions_to_the_model_as_given() -> None:
+    model = zoo.to_model_proto("efficientvit-mini")
+    result = run_fission(model, rewrite=True, verify=True, seed=8)
+    attention = sum(1 for n in model.graph.node if n.op_type == "MatMul") // 2
+    assert attention >= 1 and sum("channel-first" in r for r in result.rewrites) == attention, result.rewrites
+    before = sum(1 for n in model.graph.node if n.op_type == "Transpose")
+    after = sum(1 for n in result.model.graph.node if n.op_type == "Transpose")
+    assert after == before - 2 * attention
+    assert result.verify is not None and result.verify.ok, result.verify
+    feeds = random_feeds(result.graph, seed=9)
+    got, want = run_graph(result.graph, feeds), run_onnxruntime(model, feeds)
+    for name, w in want.items():
+        assert _rel(got[name], w) <= 1e-4
