@@ -204,8 +204,10 @@ def _tree(result: dict) -> str:
 
 
 def _rss(systems: dict) -> str:
-    return " / ".join(f"{systems[k]['peak_rss_mb'] or 0:.0f}" if k in systems else "-"
-                      for k in ("korch", *PEERS))
+    """Each system's run peak RSS in MB; '-' where it was not measured (torch.compile of an ONNX file:
+    korch bench measures only the zoo's own torch module)."""
+    return " / ".join(f"{systems[k]['peak_rss_mb']:.0f}" if systems.get(k, {}).get("peak_rss_mb") is not None
+                      else "-" for k in ("korch", *PEERS))
 
 
 def table(results: list[dict]) -> str:
