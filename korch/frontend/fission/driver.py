@@ -76,7 +76,8 @@ def _start(model: onnx.ModelProto) -> tuple[GraphBuilder, dict[str, Value]]:
     builder = GraphBuilder(g.name or "model", fold=_fold)
     values: dict[str, Value] = {}
     for init in g.initializer:
-        values[init.name] = builder.add_constant(numpy_helper.to_array(init), name=init.name)
+        # to_array gives a fresh array, or a read-only view of bytes it read for it: korch's alone
+        values[init.name] = builder.add_constant(numpy_helper.to_array(init), name=init.name, owned=True)
     for inp in g.input:
         if inp.name in values:
             continue
