@@ -571,7 +571,7 @@ def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite |
     if div is None:
         return None
     add = g.producer.get(div.input[1])
-    s_num, o_name = g.producer.get(div.input[0]), None
+    s_num = g.producer.get(div.input[0])
     if add is None or add.op_type != "Add" or s_num is None or g.only_consumer(div.input[1]) is not div:
         return None
     eps_at = next((k for k, i in enumerate(add.input) if (c := g.array(i)) is not None and c.size == 1), None)
@@ -605,7 +605,7 @@ def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite |
             g.producer.get(pad.input[0]) is not split or _attr(split, "axis", 0) not in (rank - 1, -1):
         return None
     parts = list(split.output)
-    if sorted(parts.index(v) for v in (relu_q.input[0], relu_k.input[0], pad.input[0])) != [0, 1, 2] or len(parts) != 3:
+    if len(parts) != 3 or sorted(parts.index(v) for v in (relu_q.input[0], relu_k.input[0], pad.input[0])) != [0, 1, 2]:
         return None
     users = {relu_q.input[0]: relu_q, relu_k.input[0]: relu_k, pad.input[0]: pad}
     if any(g.only_consumer(v) is not users[v] for v in parts):
@@ -619,8 +619,8 @@ def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite |
         return g.fresh(f"{v}_channel_first")
     parts_t = [fresh(v) for v in parts]
     new_split = helper.make_node("Split", [x, *split.input[1:]], parts_t, name=fresh(split.name or "split"),
-                                 axis=rank - 2, **({"num_outputs": len(parts)} if _attr(split, "num_outputs", None)
-                                                   else {}))
+                                 axis=rank - 2)
+    new_split.attribute.extend(a for a in split.attribute if a.name != "axis")    # num_outputs, or split sizes (opset < 13)
     of = dict(zip(parts, parts_t))
     rq, rk, vp, k_n, kv_t, o_t, num, den, den_eps = (fresh(v) for v in (
         relu_q.output[0], relu_k.output[0], pad.output[0], k_t.output[0], kv.output[0], o_name,

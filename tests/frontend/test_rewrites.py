@@ -349,11 +349,15 @@ def test_a_1x1_conv_right_after_an_upsampling_runs_before_it(mode: str) -> None:
 
 def _linear_attention_model(*, heads: int = 2, d: int = 4, n: int = 12, pad_value: float = 1.0,
                             num_outputs: bool = True, order=("q", "k", "v"), q_transposed_too: bool = False,
-                            output_read: bool = False, relu_q: bool = True) -> onnx.ModelProto:
+                            output_read: bool = False, relu_q: bool = True, opset: int = 18,
+                            dv: int | None = None) -> onnx.ModelProto:
     """EfficientViT's LiteMLA attention as torch.onnx exports it: x [1, heads, 3d, n] transposed,
     split into q, k, v (in `order`), relu(q) (relu(k)^T pad(v)), the last column divides the rest,
     transposed back. `q_transposed_too`: relu(q) is also an output (read elsewhere);
-    `output_read`: the attention's product before the slices is also an output."""
+    `output_read`: the attention's product before the slices is also an output; at `opset` 12 the
+    split sizes are Split's attribute; `dv`: v's channels, if not d (split sizes then differ)."""
+    dv = d if dv is None else dv
+    sizes = [{"q": d, "k": d, "v": dv}[role] for role in order]
     inits = [numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 0, 1], np.int64), "pads"),
              numpy_helper.from_array(np.array(pad_value, np.float32), "pad_value"),
              numpy_helper.from_array(np.array([0], np.int64), "zero"),
@@ -364,8 +368,10 @@ def _linear_attention_model(*, heads: int = 2, d: int = 4, n: int = 12, pad_valu
              numpy_helper.from_array(np.array(1e-6, np.float32), "eps")]
     split_kw = {"num_outputs": 3} if num_outputs else {}
     split_in = ["t"] if num_outputs else ["t", "sizes"]
-    if not num_outputs:
-        inits.append(numpy_helper.from_array(np.array([d, d, d], np.int64), "sizes"))
+    if opset < 13:
+        split_kw, split_in = {"split": sizes}, ["t"]
+    elif not num_outputs:
+        inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
     relu_q_node = (helper.make_node("Relu", ["q"], ["rq"]) if relu_q else helper.make_node("Sigmoid", ["q"], ["rq"]))
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]),
              helper.make_node("Split", split_in, list(order), axis=3, **split_kw),
@@ -379,21 +385,22 @@ def _linear_attention_model(*, heads: int = 2, d: int = 4, n: int = 12, pad_valu
              helper.make_node("Add", ["den", "eps"], ["den_eps"]),
              helper.make_node("Div", ["num", "den_eps"], ["y"]),
              helper.make_node("Transpose", ["y"], ["out"], perm=[0, 1, 3, 2])]
-    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, heads, d, n])]
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, heads, dv, n])]
     if q_transposed_too:
         outputs.append(helper.make_tensor_value_info("rq", TensorProto.FLOAT, [1, heads, n, d]))
     if output_read:
-        outputs.append(helper.make_tensor_value_info("o", TensorProto.FLOAT, [1, heads, n, d + 1]))
+        outputs.append(helper.make_tensor_value_info("o", TensorProto.FLOAT, [1, heads, n, dv + 1]))
     graph = helper.make_graph(nodes, "linear_attention",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, heads, 3 * d, n])],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, heads, 2 * d + dv, n])],
                               outputs, initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
     return load_model(model)
 
 
 @pytest.mark.parametrize("variant", [{}, {"num_outputs": False}, {"order": ("k", "v", "q")}, {"pad_value": 0.5},
-                                     {"heads": 3, "d": 8, "n": 49}])
+                                     {"heads": 3, "d": 8, "n": 49}, {"num_outputs": False, "dv": 6},
+                                     {"opset": 12, "dv": 6, "order": ("v", "q", "k")}])
 def test_linear_attention_runs_on_channel_first_q_k_v_without_transposing_them(variant: dict) -> None:
     model = _linear_attention_model(**variant)
     rewritten, notes = rewrite_model(model)
