@@ -1,12 +1,14 @@
 """korch's whole-model kernels against the engines as their users run them, in one process.
 
     python benchmarks/whole_model_peers.py MODEL [--threads 2] [--rounds 40] [--after-small N]
+                                           [--round-seconds S]
 
 MODEL is a zoo name or an .onnx file. Compiled as the profiler compiles a whole model (the
 whole-model region, `runs_alone`): korch's onnxruntime and OpenVINO kernels; beside them
 onnxruntime's default session on the model as given (korch bench's peer). Timed two ways: side by
 side (korch bench's and selection's duels' protocol: rounds of turns, each after a pause and one
-untimed call) and back to back (the profiler's: `measure`, calls in a row). `--after-small N`
+untimed call; bench's turns are one call, selection's duels run calls for `--round-seconds` 0.06
+per turn) and back to back (the profiler's: `measure`, calls in a row). `--after-small N`
 first compiles and runs the model's first N small onnxruntime candidates, as profiling does before
 selection's duels, and times everything again after them. Written for shufflenet_v2, whose
 onnxruntime whole model selection's duel timed 1.3-1.8x slower than korch bench did (BENCHMARKS.md).
@@ -30,6 +32,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--after-small", type=int, default=0)
+    parser.add_argument("--round-seconds", type=float, default=None,
+                        help="calls per turn for this long (selection's duels: 0.06); default: bench's")
     args = parser.parse_args()
 
     import numpy as np
@@ -66,7 +70,8 @@ def main() -> None:
 
         def report(when: str) -> None:
             one = measure(calls["onnxruntime default session"], warmup=1, repeats=3).median_s
-            turns = side_by_side(calls, args.rounds, one, warmup=3)
+            extra = {} if args.round_seconds is None else {"round_s": args.round_seconds}
+            turns = side_by_side(calls, args.rounds, one, warmup=3, **extra)
             row = {name: measure(fn, warmup=3, repeats=50, min_seconds=0.3) for name, fn in calls.items()}
             print(f"\n{args.model}, {args.threads} thread(s), {when}")
             print("| kernel | side by side ms (p10-p90) | back to back ms |")
