@@ -533,21 +533,25 @@ def conv_over_nearest_upsample(g: _Graph, node: onnx.NodeProto) -> Rewrite | Non
     return Rewrite("conv_over_nearest_upsample", removed, tuple(nodes), tuple(inits), note, before - after)
 
 
+def _last_two_swapped(rank: int) -> list[int]:
+    """The permutation of `rank` axes that swaps the last two."""
+    return list(range(rank - 2)) + [rank - 1, rank - 2]
+
+
 def _swaps_last_two(node: onnx.NodeProto | None, rank: int) -> bool:
     """Whether `node` is a Transpose that swaps the last two of `rank` axes and nothing else."""
-    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
-    return node is not None and node.op_type == "Transpose" and list(_attr(node, "perm", [])) == perm
+    return node is not None and node.op_type == "Transpose" and list(_attr(node, "perm", [])) == _last_two_swapped(rank)
 
 
 def _last_axis_slice(g: _Graph, node: onnx.NodeProto, rank: int) -> bool:
     """Whether `node` is a Slice of constant starts and ends along the last of `rank` axes only."""
     if node.op_type != "Slice" or len(node.input) < 4:
         return False
-    axes = g.array(node.input[3])
+    starts, ends, axes = (g.array(i) for i in node.input[1:4])
     steps = g.array(node.input[4]) if len(node.input) > 4 and node.input[4] else None
-    ok = all(g.array(i) is not None and g.array(i).size == 1 for i in node.input[1:3])
-    return ok and axes is not None and axes.size == 1 and int(axes.reshape(-1)[0]) in (rank - 1, -1) and (
-        steps is None or steps.size == 1)
+    if any(a is None or a.size != 1 for a in (starts, ends, axes)):
+        return False
+    return int(axes.reshape(-1)[0]) in (rank - 1, -1) and (steps is None or steps.size == 1)
 
 
 def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
@@ -629,7 +633,7 @@ def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite |
     pads_t[:, [rank - 2, rank - 1]] = pads_t[:, [rank - 1, rank - 2]]
     pads_name = fresh(pad.input[1])
     axes_name = fresh("axes")
-    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    perm = _last_two_swapped(rank)
     nodes = (
         new_split,
         helper.make_node("Relu", [of[relu_q.input[0]]], [rq], name=fresh(relu_q.name or "relu")),

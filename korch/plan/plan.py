@@ -615,6 +615,8 @@ class _WeightsWriter:
             left = self.offset
             while left:
                 block = f.read(min(left, _COMPARE_BLOCK))
+                if not block:               # shortened since it was mapped
+                    raise OSError(f"{self.previous} changed while it was compared")
                 self.out.write(block)
                 left -= len(block)
 
