@@ -57,6 +57,8 @@ from korch.ir.types import TensorType
 if TYPE_CHECKING:
     import onnx
 
+    from korch.backends.base import Kernel
+
 log = logging.getLogger("korch.profile")
 
 # Changes when the calibration procedure changes: stored calibrations of another procedure are redone.
@@ -188,13 +190,18 @@ def chain_plan(model: onnx.ModelProto, engines: Sequence[str], threads: int):
 
 
 def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: int, threads: int,
-                  rounds: int, cold_cache: bool = False, measure_seconds: float = CalibrationSettings.measure_seconds
-                  ) -> Sample:
+                  rounds: int, cold_cache: bool = False, measure_seconds: float = CalibrationSettings.measure_seconds,
+                  kernels: dict[tuple[str, int, int, str], Kernel] | None = None) -> Sample:
     """One chain, timed as a plan and kernel by kernel (the same compiled kernels), each as korch times
     it (korch.profile.timing.measure: warm-up calls, then back-to-back calls for at least
     `measure_seconds`), in `rounds` rounds of rotating order; medians over the rounds. Turns of a few
     calls after a pause (side_by_side) would time thread pools waking, not kernels: an Inductor
-    kernel read 0.7 ms alone that way and 0.1 ms inside the chain."""
+    kernel read 0.7 ms alone that way and 0.1 ms inside the chain.
+
+    `kernels`: compiled block kernels by (layout, side, block, engine), taken from and added to. A
+    block's kernel is the same in every chain of its layout and side (its weights are seeded by its
+    index, and a chain's kernels are all placed alike: runtime.plan_placement), so the chains of one
+    calibration compile each once: Inductor's 49 compiles were 14 of a calibration's 34 s."""
     from korch.backends.placement import pinned
     from korch.profile.timing import CacheSweep, measure, summarize
     from korch.runtime.session import Session, compile_step, plan_placement
@@ -204,16 +211,22 @@ def measure_chain(layout: str, producer: str, consumer: str, side: int, blocks: 
     model = chain_model(layout, blocks, side)
     x = np.random.default_rng(1).standard_normal((1, CHANNELS, side, side)).astype(np.float32)
     plan = chain_plan(model, (producer, consumer), threads)
-    kernels = [compile_step(plan, step) for step in plan.steps]
-    session = Session(plan, kernels)
+    compiled = {} if kernels is None else kernels
+    steps = []
+    for block, step in enumerate(plan.steps):
+        key = (layout, side, block, step.backend)
+        if key not in compiled:
+            compiled[key] = compile_step(plan, step)
+        steps.append(compiled[key])
+    session = Session(plan, steps)
     fns: dict[str, Callable[[], object]] = {"plan": lambda: session.run(None, {"x": x})}
     value = x
-    for step, kernel in zip(plan.steps, kernels):
+    for step, kernel in zip(plan.steps, steps):
         inputs = [np.ascontiguousarray(value)]
         value = kernel.run(inputs)[0]
         # One kernel per engine timed alone on a fixed input, as profiled: the blocks differ only in weights.
         fns.setdefault(f"alone:{step.backend}", lambda k=kernel, i=inputs: k.run(i))
-    if getattr(kernels[-1], "reuses_outputs", False):
+    if getattr(steps[-1], "reuses_outputs", False):
         # The plan hands its caller a copy of the last kernel's buffer (Session.run): a cost of
         # returning the output, not of a boundary, so it is timed alone too
         fns[_OUTPUT_COPY] = lambda v=value: v.copy()
@@ -298,18 +311,21 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
     `cold_cache`: kernels alone are timed as the profiler times them (ProfileSettings.cold_cache).
     `progress(done, total, what)` is called before each chain is measured, as the profiler calls it."""
     samples: list[Sample] = []
-    chains = [(layout, producer, consumer, side) for layout in LAYOUTS
-              for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2)
-              for side in settings.sides]
+    chains = [(layout, producer, consumer, side) for layout in LAYOUTS for side in settings.sides
+              for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2)]
     total = len(chains) + len(engines)
+    kernels: dict[tuple[str, int, int, str], Kernel] = {}     # of one layout and side at a time
     for done, (layout, producer, consumer, side) in enumerate(chains, 1):
         if progress is not None:
             progress(done, total, f"boundary {producer}->{consumer}")
+        if any(key[:2] != (layout, side) for key in kernels):
+            kernels.clear()
         s = measure_chain(layout, producer, consumer, side, settings.blocks, threads, settings.rounds,
-                          cold_cache, settings.measure_seconds)
+                          cold_cache, settings.measure_seconds, kernels)
         samples.append(s)
         if report is not None:
             report(s)
+    del kernels
     lines = {}
     for (layout, producer, consumer), group in itertools.groupby(
             sorted(samples, key=lambda s: (s.layout, s.producer, s.consumer)),

@@ -15,7 +15,10 @@ from korch.profile.boundaries import (
     Sample,
     boundary_model,
     calibrate,
+    chain_model,
+    chain_plan,
     fit,
+    measure_chain,
     versions,
 )
 from korch.profile.database import ProfileDB
@@ -75,3 +78,28 @@ def test_stored_calibration_is_used_and_a_missing_one_is_measured_and_stored(tmp
         assert db.get_boundaries("m1", 2, versions(["onnxruntime"])) == measured.lines
     with ProfileDB(tmp_path / "profiles.sqlite") as db:                              # it survives reopening
         assert db.get_boundaries("m1", 1, versions(["onnxruntime"])) == lines
+
+
+def test_chains_of_one_layout_and_side_compile_each_block_once_and_its_kernel_computes_that_block() -> None:
+    import numpy as np
+
+    from korch.runtime.session import Session
+    from korch.verify import run_onnxruntime
+
+    kernels: dict = {}
+    measure_chain(PLAIN, "onnxruntime", "reference", 8, 3, 1, 1, kernels=kernels)
+    assert set(kernels) == {(PLAIN, 8, 0, "onnxruntime"), (PLAIN, 8, 1, "reference"), (PLAIN, 8, 2, "onnxruntime")}
+    first = kernels[(PLAIN, 8, 0, "onnxruntime")]
+    measure_chain(PLAIN, "onnxruntime", "onnxruntime", 8, 3, 1, 1, kernels=kernels)
+    assert set(kernels) == {(PLAIN, 8, 0, "onnxruntime"), (PLAIN, 8, 1, "reference"), (PLAIN, 8, 2, "onnxruntime"),
+                            (PLAIN, 8, 1, "onnxruntime")}
+    assert kernels[(PLAIN, 8, 0, "onnxruntime")] is first            # taken again, not compiled again
+    # Each stored kernel computes its own block wherever it was compiled: an onnxruntime chain put
+    # together from the dictionary (blocks 0 and 2 from the first chain, 1 from the second) computes
+    # the model, every block of which has weights of its own.
+    model = chain_model(PLAIN, 3, 8)
+    plan = chain_plan(model, ("onnxruntime",), 1)
+    x = np.random.default_rng(5).standard_normal((1, 32, 8, 8)).astype(np.float32)
+    got = Session(plan, [kernels[(PLAIN, 8, b, "onnxruntime")] for b in range(3)]).run(None, {"x": x})[0]
+    want = run_onnxruntime(model, {"x": x})[model.graph.output[0].name]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
