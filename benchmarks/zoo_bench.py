@@ -14,7 +14,9 @@ optimizer (a page shared by n of them counts 1/n in each, so the sum is what the
 summed RSS counts a library mapped in three processes three times). Results go to
 DIR/results.json (per system: median, p10, p90, peak RSS and error against onnxruntime; the cold
 optimize's seconds by stage, from its plan's summary) and the Markdown tables to stdout; nothing
-here is typed by hand. "vs best" is the fastest peer's median over korch's. A model given as an
+here is typed by hand. "vs best" is the fastest peer's median over korch's, and in brackets (runs
+since bench reports it) the median over rounds of that peer's time over korch's in the same round,
+steadier where the two are close (korch/bench.py). A model given as an
 ONNX file is named by its file's stem (benchmarks/export_torchvision.py writes some).
 """
 
@@ -210,6 +212,12 @@ def _rss(systems: dict) -> str:
                       else "-" for k in ("korch", *PEERS))
 
 
+def _paired(result: dict) -> str:
+    """' (1.01x)': the bench's paired figure against the fastest peer, where it reported one."""
+    paired = (result.get("vs_best") or {}).get("paired_speedup")
+    return "" if paired is None else f" ({paired:.2f}x)"
+
+
 def table(results: list[dict]) -> str:
     head = ("| model | threads | korch ms (p10-p90) | onnxruntime ms | torch.compile ms | OpenVINO ms | vs best | "
             "max rel err | optimize cold / warm s | optimize RSS MB (process / tree / tree PSS) | "
@@ -224,7 +232,7 @@ def table(results: list[dict]) -> str:
         best = min(s[k]["median_ms"] for k in PEERS if k in s)
         lines.append(
             f"| {r['model']} | {r['threads']} | {' | '.join(_ms(s, k, disagree) for k in ('korch', *PEERS))} | "
-            f"{best / s['korch']['median_ms']:.2f}x | "
+            f"{best / s['korch']['median_ms']:.2f}x{_paired(r)} | "
             f"{r['max_rel_error']:.1e} | "
             f"{r['cold_optimize_s']:.0f} / {r['warm_optimize_s']:.1f} | "
             f"{r['optimize_peak_rss_mb']:.0f} / {_tree(r)} | {_rss(s)} | "
