@@ -88,11 +88,16 @@ class Line:
 class CalibrationSettings:
     """Tensor sides H of the [1, 32, H, H] chains (32 KiB and 1.1 MiB by default: within and beyond
     a core's L2), blocks per chain, side-by-side rounds, and how long each timing of a plan or kernel
-    runs back to back (after warm-up calls)."""
+    runs back to back (after warm-up calls).
+
+    Four rounds, not seven: over three calibrations at each (benchmarks/calibration_rounds.py, run
+    twice), the fitted costs spread 1.35x and 0.83x as wide as with seven, 1.1x over both runs; what
+    spreads them is a slow spell of the machine during one chain (OpenVINO's plain boundary: 34, 267
+    and 34 us), which lasts through either count. Seven took 8 s more of a new machine's first optimize."""
 
     sides: tuple[int, ...] = (16, 96)
     blocks: int = 6
-    rounds: int = 7
+    rounds: int = 4
     measure_seconds: float = 0.03
     start_rounds: int = 40            # calls of each engine's kernel after the evicting kernel (measure_start)
     start_side: int = 192             # the evicting kernel's tensor side: [1, 32, 192, 192], 4.5 MiB
