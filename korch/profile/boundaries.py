@@ -93,7 +93,8 @@ class CalibrationSettings:
     Four rounds, not seven: over three calibrations at each (benchmarks/calibration_rounds.py, run
     twice), the fitted costs spread 1.35x and 0.83x as wide as with seven, 1.1x over both runs; what
     spreads them is a slow spell of the machine during one chain (OpenVINO's plain boundary: 34, 267
-    and 34 us), which lasts through either count. Seven took 8 s more of a new machine's first optimize."""
+    and 34 us), which lasts through either count. Seven took 4-8 s more of a new machine's first
+    optimize (BENCHMARKS.md)."""
 
     sides: tuple[int, ...] = (16, 96)
     blocks: int = 6
