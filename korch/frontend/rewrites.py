@@ -572,17 +572,12 @@ def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite |
     if rank < 3 or not _swaps_last_two(node, rank):
         return None
     div = g.feeding(node, "Div")
-    if div is None:
-        return None
-    add = g.producer.get(div.input[1])
-    s_num = g.producer.get(div.input[0])
-    if add is None or add.op_type != "Add" or s_num is None or g.only_consumer(div.input[1]) is not div:
+    add, s_num = (g.feeding(div, "Add", 1), g.feeding(div, "Slice", 0)) if div is not None else (None, None)
+    if add is None or s_num is None:
         return None
     eps_at = next((k for k, i in enumerate(add.input) if (c := g.array(i)) is not None and c.size == 1), None)
-    if eps_at is None or g.only_consumer(div.input[0]) is not div:
-        return None
-    s_den = g.producer.get(add.input[1 - eps_at])
-    if s_den is None or g.only_consumer(s_den.output[0]) is not add:
+    s_den = g.feeding(add, "Slice", 1 - eps_at) if eps_at is not None else None
+    if s_den is None:
         return None
     if not (_last_axis_slice(g, s_num, rank) and _last_axis_slice(g, s_den, rank)) or s_num.input[0] != s_den.input[0]:
         return None
@@ -591,8 +586,8 @@ def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite |
     if attn is None or attn.op_type != "MatMul" or o_name in g.outputs or \
             {id(n) for n in g.consumers.get(o_name, [])} != {id(s_num), id(s_den)}:
         return None
-    relu_q, kv = g.producer.get(attn.input[0]), g.feeding(attn, "MatMul", 1)
-    if relu_q is None or relu_q.op_type != "Relu" or g.only_consumer(relu_q.output[0]) is not attn or kv is None:
+    relu_q, kv = g.feeding(attn, "Relu", 0), g.feeding(attn, "MatMul", 1)
+    if relu_q is None or kv is None:
         return None
     k_t, pad = g.feeding(kv, "Transpose", 0), g.feeding(kv, "Pad", 1)
     if not _swaps_last_two(k_t, rank) or pad is None or len(pad.input) > 3 or _attr(pad, "mode", b"constant") not in (
