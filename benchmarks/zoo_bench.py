@@ -2,6 +2,7 @@
 
     python benchmarks/zoo_bench.py --threads 2 [--threads 1] [--out DIR] [NAME or MODEL.onnx ...]
     python benchmarks/zoo_bench.py --table --out DIR     # print the table of a finished run again
+    python benchmarks/zoo_bench.py --whole-models ...    # optimize with --whole-models (no split plans)
 
 For each model and thread count, in separate processes: `korch optimize` with an empty profile
 cache and an empty Inductor code cache (cold), the same command again (warm: everything cached),
@@ -125,18 +126,19 @@ def label(name: str) -> str:
     return Path(name).stem if name.endswith(".onnx") else name
 
 
-def run_one(name: str, threads: int, out: Path, previous: dict | None) -> dict:
-    """Cold + warm optimize and bench; with `previous` (--bench-only) only the bench, on the saved plan."""
-    result = _run_one(name, threads, out / f"{label(name)}-t{threads}", previous)
-    return {**result, "model": label(name), "source": name}
+def run_one(name: str, threads: int, out: Path, previous: dict | None, flags: tuple[str, ...] = ()) -> dict:
+    """Cold + warm optimize and bench; with `previous` (--bench-only) only the bench, on the saved plan.
+    `flags`: given to both optimizes (--whole-models)."""
+    result = _run_one(name, threads, out / f"{label(name)}-t{threads}", previous, flags)
+    return {**result, "model": label(name), "source": name, "optimize_flags": list(flags)}
 
 
-def _run_one(name: str, threads: int, work: Path, previous: dict | None) -> dict:
+def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: tuple[str, ...]) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"))
     korch = [sys.executable, "-m", "korch", "-q"]
     optimize = korch + ["optimize", name, "-o", str(work / "plan"), "--threads", str(threads),
-                        "--cache", str(work / "profile-cache")]
+                        "--cache", str(work / "profile-cache"), *flags]
     if previous is None:
         cold_s, cold_rss, code, log, cold_tree = timed(optimize, env, tree=True)
         if code != 0:
@@ -276,7 +278,10 @@ def main() -> int:
     parser.add_argument("--table", action="store_true", help="only print the table of DIR/results.json")
     parser.add_argument("--bench-only", action="store_true",
                         help="re-run only the bench on the saved plans (optimize figures are kept)")
+    parser.add_argument("--whole-models", action="store_true",
+                        help="optimize with --whole-models (each engine's whole model only, no split plans)")
     args = parser.parse_args()
+    flags = ("--whole-models",) if args.whole_models else ()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.json"
@@ -287,7 +292,7 @@ def main() -> int:
             previous = next((r for r in results if (r["model"], r["threads"]) == (label(name), threads)
                              and "error" not in r), None) if args.bench_only else None
             results = [r for r in results if (r["model"], r["threads"]) != (label(name), threads)]
-            results.append(run_one(name, threads, out, previous))
+            results.append(run_one(name, threads, out, previous, flags))
             results_path.write_text(json.dumps(results, indent=1))
     from korch.profile.database import machine_fingerprint
 

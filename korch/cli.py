@@ -165,15 +165,16 @@ def _settings(args: argparse.Namespace):
     strict = getattr(args, "strict", False)
     schedule = ScheduleSettings(enabled=not getattr(args, "sequential", False))
     rewrites = not getattr(args, "no_rewrites", False)
+    whole_models = getattr(args, "whole_models", False)
     if args.backends is None:
-        return OptimizeSettings(threads=args.threads, backends=default_backends(), strict=strict, schedule=schedule,
-                                rewrites=rewrites)
-    try:
-        backends = check_backends(args.backends.split(","))
-    except UsageError as e:
-        raise UsageError(f"--{e}") from None
+        backends = default_backends()
+    else:
+        try:
+            backends = check_backends(args.backends.split(","))
+        except UsageError as e:
+            raise UsageError(f"--{e}") from None
     return OptimizeSettings(threads=args.threads, backends=backends, strict=strict, schedule=schedule,
-                            rewrites=rewrites)
+                            rewrites=rewrites, whole_models=whole_models)
 
 
 def _open_db(args: argparse.Namespace):
@@ -450,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optimize the graph as given (by default korch first applies algebraic rewrites that remove "
                         "flops, such as a 1x1 convolution moved below the upsampling of a concatenation's branches, "
                         "each checked against the model as given)")
+    p.add_argument("--whole-models", action="store_true",
+                   help="choose among each backend's whole-model kernel only (of the rewritten model): no split "
+                        "plans, no boundary calibration; a fraction of a full optimize's time")
     orchestration_flags(p)
     p.set_defaults(run=cmd_optimize)
 

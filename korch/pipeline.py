@@ -14,7 +14,7 @@ import onnx
 
 from korch.backends import get_backend
 from korch.candidates import Candidate, enumerate_candidates, opaque_regions, region_candidates
-from korch.candidates.regions import balanced_tiling
+from korch.candidates.regions import balanced_tiling, whole_model_region
 from korch.costmodel.features import FEATURES_VERSION, features_by_key
 from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
@@ -27,7 +27,7 @@ from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
 from korch.plan.buckets import Bucket, BucketedPlan, declared
 from korch.plan.store import keep_compiled, keep_kernels
-from korch.profile.boundaries import boundary_model
+from korch.profile.boundaries import BoundaryModel, boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import GuideStats, candidate_option, guided_profile, profile_last, profiled_last
 from korch.profile.profiler import ProfileOutcome, Progress, accepted
@@ -193,9 +193,11 @@ class CandidateSet:
 
 def enumerate_all(graph: Graph, settings: OptimizeSettings) -> CandidateSet:
     """Small candidates, and regions of whole ONNX nodes (at least one per opaque node: only an
-    ONNX engine runs those, as their original node)."""
+    ONNX engine runs those, as their original node); with `settings.whole_models`, the whole model alone."""
     t0 = time.perf_counter()
     require_onnx_engine(graph, settings.backends)
+    if settings.whole_models:
+        return CandidateSet((), (whole_model_region(graph),), time.perf_counter() - t0)
     small = enumerate_candidates(graph, settings.limits)
     regions = region_candidates(graph, settings.regions) if settings.regions is not None else opaque_regions(graph)
     return CandidateSet(tuple(small), tuple(regions), time.perf_counter() - t0)
@@ -321,8 +323,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     universe = candidate_universe(cands, settings)
     remember_features(db, model_label(source), graph, universe)
     t0 = time.perf_counter()
-    boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
-                                settings.profile.cold_cache, progress)
+    boundaries = BoundaryModel() if settings.whole_models else boundary_model(   # (a one-kernel plan has no boundary)
+        db, settings.backends, settings.threads, machine, settings.calibration, settings.profile.cold_cache, progress)
     calibrate_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     weights = graph.constants_digest()

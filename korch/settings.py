@@ -300,6 +300,10 @@ class OptimizeSettings:
     seed: int = 0
     strict: bool = False            # refuse models with nodes korch cannot fission, instead of keeping them opaque
     rewrites: bool = True           # algebraic rewrites that remove flops first (frontend/rewrites.py), checked
+    # Choose among each backend's whole-model kernel only (of the rewritten model): no smaller
+    # candidates, no boundary calibration, so no split plan. What korch keeps on a machine where no
+    # split plan pays (every zoo plan on the AMD host), at a fraction of a full optimize's time.
+    whole_models: bool = False
     profile: ProfileSettings = field(default_factory=ProfileSettings)
     selection: SelectionSettings = field(default_factory=SelectionSettings)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)

@@ -137,3 +137,11 @@ def test_optimize_rewrites_by_default_and_not_with_no_rewrites() -> None:
     parser = build_parser()
     assert _settings(parser.parse_args(["optimize", "m.onnx", "-o", "p"])).rewrites
     assert not _settings(parser.parse_args(["optimize", "m.onnx", "-o", "p", "--no-rewrites"])).rewrites
+
+
+def test_optimize_profiles_split_plans_by_default_and_whole_models_only_when_asked() -> None:
+    parser = build_parser()
+    assert not _settings(parser.parse_args(["optimize", "m.onnx", "-o", "p"])).whole_models
+    settings = _settings(parser.parse_args(["optimize", "m.onnx", "-o", "p", "--whole-models",
+                                            "--backends", "onnxruntime"]))
+    assert settings.whole_models and settings.backends == ("onnxruntime",)

@@ -61,6 +61,30 @@ def test_plan_of_kernels_matches_onnxruntime_and_survives_save_load(name: str, d
         np.testing.assert_array_equal(a, b)
 
 
+def test_whole_models_only_profiles_each_engines_whole_model_and_calibrates_nothing(tmp_path: Path) -> None:
+    """OptimizeSettings.whole_models: one candidate, the whole model, keyed as the full method keys
+    it (so a full optimize later finds its profiles); each backend profiles it, no boundary is
+    calibrated, and the plan kept is one of them, computing the model on fresh inputs."""
+    model = zoo.to_model_proto("yolox-mini")
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "openvino"), whole_models=True,
+                                calibration=QUICK_CALIBRATION, profile=QUICK_PROFILE, selection=QUICK_SELECTION)
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        plan, session, stats = optimize(model, db, settings)
+    with sqlite3.connect(tmp_path / "profiles.sqlite") as conn:
+        profiled = conn.execute("SELECT candidate_key, backend FROM profiles").fetchall()
+        calibrated = conn.execute("SELECT COUNT(*) FROM boundaries").fetchone()[0]
+    graph = plan.graph
+    whole = next(c for c in region_candidates(graph) if c.size == len(graph.nodes))
+    assert stats.candidates == 1 and stats.regions == 1 and calibrated == 0
+    assert sorted(profiled) == [(whole.key, "onnxruntime"), (whole.key, "openvino")]
+    assert [s.key for s in plan.steps] == [whole.key] and plan.steps[0].backend in settings.backends
+    assert "whole-model kernels only" in stats.selection.why
+    feeds = random_feeds(graph, seed=42)
+    expected = run_onnxruntime(model, feeds)
+    for diff in diff_outputs(dict(zip(graph.outputs, session.run(None, feeds))), expected):
+        assert diff.rel <= DEFAULT_RTOL, diff
+
+
 def test_second_optimize_profiles_nothing(db: ProfileDB) -> None:
     model = zoo.to_model_proto("vit-mini")
     _, _, first = optimize(model, db, ORT_ONLY)

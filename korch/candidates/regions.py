@@ -132,6 +132,12 @@ def region_candidates(graph: Graph, limits: RegionLimits = RegionLimits()) -> tu
     return regions
 
 
+def whole_model_region(graph: Graph) -> Candidate:
+    """The whole graph as one region (a whole-model kernel on every backend: `region_candidates`
+    includes it among the others)."""
+    return _region(graph, 0, len(graph.nodes))
+
+
 def opaque_regions(graph: Graph) -> tuple[Candidate, ...]:
     """Only the regions that hold one opaque ONNX node each: what a plan needs when it is otherwise
     made of small candidates."""

@@ -1023,6 +1023,8 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
         return f"one engine runs the whole model: {mine}{also}"
     if split is None:
         ps = ctx.settings.profile
+        if ctx.settings.whole_models:
+            return f"one engine runs the whole model: whole-model kernels only were profiled (whole_models); kept {mine}{also}"
         if ps.guided and set(ps.guided_backends) & set(ctx.settings.backends):
             return (f"one engine runs the whole model: the kernels profiled make no split plan (guided profiling "
                     f"measures kernels only while a split plan could still beat the fastest whole model, its "
