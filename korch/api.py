@@ -54,7 +54,7 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              shapes: Mapping[str, Sequence[Sequence[int]]] | None = None,
              progress: Callable[[int, int, str], None] | None = None, strict: bool = False,
-             sequential: bool = False, rewrites: bool = True) -> Plan | BucketedPlan:
+             sequential: bool = False, rewrites: bool = True, whole_models: bool = False) -> Plan | BucketedPlan:
     """Optimize `model` (an .onnx path, a ModelProto or a zoo name) for this machine at `threads`
     threads. Measurements go to the profile database under `cache_dir` (default: the user cache dir,
     ~/.cache/korch), so optimizing the same model again profiles nothing.
@@ -67,6 +67,8 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     faster (plan.schedule); `sequential=True` runs them one after another on all threads.
     `rewrites=False` optimizes the graph as given, without korch's algebraic rewrites
     (korch/frontend/rewrites.py; the plan is checked against the model as given either way).
+    `whole_models=True` chooses among each backend's whole-model kernel only (no split plans, no
+    boundary calibration): what korch keeps where no split plan pays, in a fraction of the time.
 
     `progress(done, total, what)` is called as profiling and calibration advance, with done 0 when a
     long step starts (compiling Inductor's kernels ahead).
@@ -86,7 +88,7 @@ def optimize(model: ModelSpec, *, threads: int = 1, backends: Sequence[str] | No
     if shapes is not None and input_shapes is not None:
         raise UsageError("give shapes= (one plan per bucket) or input_shapes= (one plan), not both")
     settings = OptimizeSettings(threads=threads, strict=strict, schedule=ScheduleSettings(enabled=not sequential),
-                                rewrites=rewrites, backends=check_backends(backends) if backends is not None else default_backends())
+                                rewrites=rewrites, whole_models=whole_models, backends=check_backends(backends) if backends is not None else default_backends())
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     told = None
     if progress is not None:

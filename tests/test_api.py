@@ -86,6 +86,13 @@ def test_optimize_refuses_unknown_backends_and_bad_threads(tmp_path: Path) -> No
     assert not (tmp_path / "profiles.sqlite").exists(), "a refused call touches no cache"
 
 
+def test_optimize_whole_models_keeps_one_whole_model_kernel(tmp_path: Path) -> None:
+    plan = korch.optimize(zoo.to_model_proto("bert-mini"), threads=1, backends=["onnxruntime"],
+                          cache_dir=tmp_path, whole_models=True)
+    assert len(plan.steps) == 1 and len(plan.steps[0].nodes) == len(plan.graph.nodes)
+    assert plan.summary["candidates"] == 1 and "whole-model kernels only" in plan.summary["why"]
+
+
 def test_default_backends_are_the_installed_speed_providers() -> None:
     backends = korch.api.default_backends()
     assert "onnxruntime" in backends and "reference" not in backends
