@@ -179,13 +179,16 @@ STAGES = ("load", "calibrate", "profile", "select", "optimize")
 
 def _stages(plan: Path) -> dict[str, float]:
     """The seconds of each stage of the optimize that wrote `plan`, from its summary ("load" builds and
-    exports a zoo model not yet cached; "calibrate" measures the machine's kernel boundaries, once)."""
+    exports a zoo model not yet cached; "calibrate" measures the machine's kernel boundaries, once),
+    and of each profiling phase under "profile: PHASE" (compile, check, timing per backend; compile ahead)."""
     try:
         summary = json.loads((plan / "plan.json").read_text()).get("summary") or {}
     except (OSError, ValueError):
         return {}
-    return {stage: float(summary[f"{stage}_seconds"]) for stage in STAGES
-            if isinstance(summary.get(f"{stage}_seconds"), (int, float))}
+    phases = summary.get("profile_phase_seconds") or {}
+    return {**{stage: float(summary[f"{stage}_seconds"]) for stage in STAGES
+               if isinstance(summary.get(f"{stage}_seconds"), (int, float))},
+            **{f"profile: {name}": float(s) for name, s in phases.items() if isinstance(s, (int, float))}}
 
 
 PEERS = ("onnxruntime", "torch_compile", "openvino")
@@ -267,7 +270,14 @@ def stages_table(results: list[dict]) -> str:
             continue
         lines.append(f"| {r['model']} | {r['threads']} | {r['cold_optimize_s']:.0f} | "
                      + " | ".join(f"{stages[s]:.1f}" if s in stages else "-" for s in STAGES) + " |")
-    return "\n".join(lines)
+    phases = []
+    for r in results:               # the profile stage's largest phases (runs since the plan summary's phases are kept)
+        own = sorted(((k.removeprefix("profile: "), v) for k, v in (r.get("cold_stages_s") or {}).items()
+                      if k.startswith("profile: ")), key=lambda kv: -kv[1])
+        if "error" not in r and own:
+            phases.append(f"- {r['model']}, {r['threads']} threads, profile: "
+                          + ", ".join(f"{name} {v:.1f} s" for name, v in own[:5]))
+    return "\n".join(lines + ([""] + phases if phases else []))
 
 
 def main() -> int:
