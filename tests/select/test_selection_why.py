@@ -31,19 +31,24 @@ def test_a_split_plan_that_beat_one_engine_and_lost_to_another_is_reported_by_th
     assert "(0.977x its time)" in _why_split(ctx, split, duels[:1])    # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("guided", [True, False])
-def test_no_split_plan_after_guided_profiling_says_that_guidance_stopped_measuring(guided: bool) -> None:
+@pytest.mark.parametrize("guided, whole_models", [(True, False), (False, False), (True, True)])
+def test_no_split_plan_after_guided_profiling_says_that_guidance_stopped_measuring(guided: bool,
+                                                                                   whole_models: bool) -> None:
     """Guided profiling stops once no split plan could beat the fastest whole model: the kernels it
-    measured may then cover no split plan, which is not the same as no split plan existing."""
+    measured may then cover no split plan, which is not the same as no split plan existing; with
+    whole_models no split plan was looked for."""
     settings = SimpleNamespace(selection=SETTINGS.selection, backends=("onnxruntime", "openvino"),
-                               profile=ProfileSettings(guided=guided))
+                               profile=ProfileSettings(guided=guided), whole_models=whole_models)
     ctx = SimpleNamespace(settings=settings, excluded=(), whole={})
     duels = [Duel("onnxruntime", "openvino", 0.0150, 0.0162, "onnxruntime", ratio=1.08)]
     why = _why_whole(ctx, "onnxruntime", None, duels, {})               # type: ignore[arg-type]
     assert why.startswith("one engine runs the whole model: ") and why.endswith(
         "kept onnxruntime's whole model 15.0 ms (other whole models, side by side: openvino's 16.2 ms)"), why
-    assert ("guided profiling measures kernels only while a split plan could still beat" in why) is guided, why
-    assert ("no split plan exists over the profiled kernels" in why) is not guided, why
+    searched = not whole_models
+    assert ("guided profiling measures kernels only while a split plan could still beat" in why) is (
+        guided and searched), why
+    assert ("no split plan exists over the profiled kernels" in why) is (not guided and searched), why
+    assert ("whole-model kernels only were profiled" in why) is whole_models, why
 
 
 def _timings(samples_ms: dict[str, list[float]]) -> dict[str, object]:
