@@ -247,7 +247,8 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                      + (f"; {stats.compiled_ahead} compiled ahead in worker processes" if stats.compiled_ahead else "")
                      + (f"; guided by cost models on {', '.join(stats.guide.backends)}: {stats.guide.rounds} "
                         f"solve(s), {stats.guide.skipped} kernels never compiled"
-                        + ("" if stats.guide.stable else " (round limit reached)") if stats.guide.backends else "")),
+                        + ("" if stats.guide.stable else " (round limit reached)")
+                        if stats.guide.backends and (stats.guide.rounds or stats.guide.skipped) else "")),
         ("kernels", f"{sel.kernels}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items())) + split),
         ("time", f"measured {sel.measured_ms:.3f} ms per run"
                  + (" when it was chosen" if stats.check_remembered else "")

@@ -17,7 +17,7 @@ import pytest
 import korch.runtime as runtime
 from korch import __version__, zoo
 from korch.candidates import RegionLimits, region_candidates
-from korch.cli import main
+from korch.cli import format_summary, main
 from korch.costmodel import FEATURES_VERSION, CostModelSettings, Features, MachinePeaks, pairwise_accuracy, train
 from korch.costmodel.model import prior_seconds
 from korch.errors import ExitCode
@@ -79,6 +79,7 @@ def test_whole_models_only_profiles_each_engines_whole_model_and_calibrates_noth
     assert sorted(profiled) == [(whole.key, "onnxruntime"), (whole.key, "openvino")]
     assert [s.key for s in plan.steps] == [whole.key] and plan.steps[0].backend in settings.backends
     assert "whole-model kernels only" in stats.selection.why
+    assert "guided by" not in format_summary(stats, plan.kernels_by_backend())   # nothing was left to guide
     feeds = random_feeds(graph, seed=42)
     expected = run_onnxruntime(model, feeds)
     for diff in diff_outputs(dict(zip(graph.outputs, session.run(None, feeds))), expected):
