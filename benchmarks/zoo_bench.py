@@ -14,7 +14,8 @@ each of its compile workers alone); "tree" is the peak of their summed RSS, samp
 optimizer (a page shared by n of them counts 1/n in each, so the sum is what the tree holds;
 summed RSS counts a library mapped in three processes three times). Results go to
 DIR/results.json (per system: median, p10, p90, peak RSS and error against onnxruntime; the cold
-optimize's seconds by stage, from its plan's summary) and the Markdown tables to stdout; nothing
+optimize's seconds by stage and what its selection kept and why, from its plan's summary, before
+the warm run writes the plan again) and the Markdown tables to stdout; nothing
 here is typed by hand. "vs best" is the fastest peer's median over korch's, and in brackets (runs
 since bench reports it) the median over rounds of that peer's time over korch's in the same round,
 steadier where the two are close (korch/bench.py). A model given as an
@@ -144,6 +145,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         if code != 0:
             return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
         cold_stages = _stages(work / "plan")       # (the warm run writes the plan again)
+        cold_selection = _selection(work / "plan")
         warm_s, warm_rss, code, _, warm_tree = timed(optimize, env, tree=True)
     else:
         cold_s, warm_s = previous["cold_optimize_s"], previous["warm_optimize_s"]
@@ -151,6 +153,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         cold_tree = warm_tree = (previous.get("optimize_tree_peak_mb", 0.0), previous.get("optimize_tree_pss_peak_mb", 0.0),
                                  previous.get("optimize_tree_pss_peak_members", []))
         cold_stages = previous.get("cold_stages_s", {})
+        cold_selection = previous.get("cold_selection", {})
     result_json = work / "bench.json"
     _, _, code, log, _ = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
                                      "--cache", str(work / "profile-cache"), "--json", str(result_json)], env)
@@ -161,7 +164,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
                   optimize_tree_peak_mb=max(cold_tree[0], warm_tree[0]),
                   optimize_tree_pss_peak_mb=max(cold_tree[1], warm_tree[1]),
                   optimize_tree_pss_peak_members=max(cold_tree, warm_tree, key=lambda t: t[1])[2],
-                  cold_stages_s=cold_stages, predicted_ms=_predicted(work / "plan"))
+                  cold_stages_s=cold_stages, cold_selection=cold_selection, predicted_ms=_predicted(work / "plan"))
     return result
 
 
@@ -189,6 +192,37 @@ def _stages(plan: Path) -> dict[str, float]:
     return {**{stage: float(summary[f"{stage}_seconds"]) for stage in STAGES
                if isinstance(summary.get(f"{stage}_seconds"), (int, float))},
             **{f"profile: {name}": float(s) for name, s in phases.items() if isinstance(s, (int, float))}}
+
+
+SELECTION = ("kept", "why", "split_kernels", "split_predicted_ms", "split_measured_ms", "selection_rounds",
+             "in_plan_costs", "whole_model_ms", "side_by_side_ms")
+
+
+def _selection(plan: Path) -> dict:
+    """What the cold optimize's measured selection did (kept, why, its best split plan predicted and
+    timed), from its plan's summary: the warm run replays that choice and its summary says less."""
+    try:
+        summary = json.loads((plan / "plan.json").read_text()).get("summary") or {}
+    except (OSError, ValueError):
+        return {}
+    return {k: summary[k] for k in SELECTION if k in summary}
+
+
+def selection_lines(results: list[dict]) -> str:
+    """Per model, what the cold optimize's selection kept and why, and its best split plan's time
+    predicted and, if it was compiled, timed in the plan."""
+    lines = []
+    for r in results:
+        sel = r.get("cold_selection") or {}
+        if "error" in r or not sel:
+            continue
+        split = ""
+        if sel.get("split_kernels"):
+            timed = (f", timed {sel['split_measured_ms']:.2f} ms" if sel.get("split_measured_ms") else ", not timed")
+            split = f" [best split plan: {sel['split_kernels']} kernels predicted {sel['split_predicted_ms']:.2f} ms{timed}]"
+        lines.append(f"- {r['model']}, {r['threads']} threads, cold: kept {sel.get('kept')}, "
+                     f"{sel.get('selection_rounds', 0)} split plan(s) timed{split}: {sel.get('why', '')}")
+    return "\n".join(lines)
 
 
 PEERS = ("onnxruntime", "torch_compile", "openvino")
@@ -317,6 +351,9 @@ def main() -> int:
     print()
     print(stages_table(results))
     print()
+    if selected := selection_lines(results):
+        print(selected)
+        print()
     print(tree_lines(results))
     return 0
 
