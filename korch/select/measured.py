@@ -918,8 +918,10 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
             return
         duel = _duel(ctx, champion, challenger)
         duels.append(duel)
-        log.info("side by side: %s %s, %s %s; %s kept", _who(duel.first), _ms(duel.first_s),
-                 _who(duel.second), _ms(duel.second_s), _who(duel.winner))
+        log.info("side by side: %s %s, %s %s%s; %s kept", _who(duel.first), _ms(duel.first_s),
+                 _who(duel.second), _ms(duel.second_s),
+                 f" (the second {duel.ratio:.3f}x the first round by round)" if duel.ratio is not None else "",
+                 _who(duel.winner))
         loser, champion = (challenger, champion) if duel.winner == champion.name else (champion, challenger)
         if loser.name == SPLIT and split is not None:
             split = replace(split, session=None)
@@ -1009,11 +1011,21 @@ def _why_split(ctx: _Context, split: _Timed, duels: Sequence[Duel]) -> str:
     return f"the best split plan ({n}) beat every whole model side by side: {won}{_after_exclusions(ctx)}"
 
 
+def _rounds(duel: Duel) -> str:
+    """The loser's time over the winner's round by round, which decided the duel: the medians of a close
+    pair can point the other way (gpt2-small on the Intel host: openvino's whole model 120 ms against
+    inductor's 126 ms, inductor's kept)."""
+    if not duel.timed or duel.ratio is None:
+        return ""
+    winner = "the split plan" if duel.winner == SPLIT else duel.winner
+    return f" ({duel.ratio_of(duel.loser):.3f}x {winner}'s round by round)"
+
+
 def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence[Duel],
                inaccurate: Mapping[str, str]) -> str:
     s = ctx.settings.selection
     timed = _duel_s(duels)
-    others = [f"{d.loser}'s {_ms(timed[d.loser])}" for d in duels if d.loser != SPLIT and d.loser in timed]
+    others = [f"{d.loser}'s {_ms(timed[d.loser])}{_rounds(d)}" for d in duels if d.loser != SPLIT and d.loser in timed]
     also = f" (other whole models, side by side: {', '.join(others)})" if others else ""
     mine = f"{winner}'s whole model " + (f"{_ms(timed[winner])}" if winner in timed else
                                          f"profiled at {_ms(ctx.whole[winner].cost)}")

@@ -27,7 +27,7 @@ def test_a_split_plan_that_beat_one_engine_and_lost_to_another_is_reported_by_th
                    "measured 83.0 ms side by "
                    "side with inductor's whole model 84.2 ms, 0.988x its time round by round; a split plan must "
                    "run in 0.98x to pay for its boundaries; kept inductor's whole model 84.2 ms (other whole "
-                   "models, side by side: openvino's 82.6 ms)")
+                   "models, side by side: openvino's 82.6 ms (1.024x the split plan's round by round))")
     assert "(0.977x its time)" in _why_split(ctx, split, duels[:1])    # type: ignore[arg-type]
 
 
@@ -43,12 +43,25 @@ def test_no_split_plan_after_guided_profiling_says_that_guidance_stopped_measuri
     duels = [Duel("onnxruntime", "openvino", 0.0150, 0.0162, "onnxruntime", ratio=1.08)]
     why = _why_whole(ctx, "onnxruntime", None, duels, {})               # type: ignore[arg-type]
     assert why.startswith("one engine runs the whole model: ") and why.endswith(
-        "kept onnxruntime's whole model 15.0 ms (other whole models, side by side: openvino's 16.2 ms)"), why
+        "kept onnxruntime's whole model 15.0 ms (other whole models, side by side: openvino's 16.2 ms "
+        "(1.080x onnxruntime's round by round))"), why
     searched = not whole_models
     assert ("guided profiling measures kernels only while a split plan could still beat" in why) is (
         guided and searched), why
     assert ("no split plan exists over the profiled kernels" in why) is (not guided and searched), why
     assert ("whole-model kernels only were profiled" in why) is whole_models, why
+
+
+def test_a_whole_model_kept_on_the_rounds_against_a_faster_median_says_so() -> None:
+    """gpt2-small on the Intel host: OpenVINO's median 120 ms against Inductor's 126, Inductor kept,
+    because round by round Inductor ran faster; the reason shows the ratio that decided."""
+    settings = SimpleNamespace(selection=SETTINGS.selection, backends=("openvino", "inductor"),
+                               profile=ProfileSettings(guided=False), whole_models=True)
+    ctx = SimpleNamespace(settings=settings, excluded=(), whole={})
+    duels = [Duel("openvino", "inductor", 0.120, 0.126, "inductor", ratio=0.97)]
+    why = _why_whole(ctx, "inductor", None, duels, {})               # type: ignore[arg-type]
+    assert why.endswith("kept inductor's whole model 126 ms (other whole models, side by side: openvino's "
+                        "120 ms (1.031x inductor's round by round))"), why
 
 
 def _timings(samples_ms: dict[str, list[float]]) -> dict[str, object]:
