@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import threading
@@ -135,6 +136,8 @@ def run_one(name: str, threads: int, out: Path, previous: dict | None, flags: tu
 
 
 def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: tuple[str, ...]) -> dict:
+    if previous is None and work.exists():
+        shutil.rmtree(work)      # a cold optimize starts from empty caches, also when OUT holds an earlier run
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor-cache"))
     korch = [sys.executable, "-m", "korch", "-q"]
