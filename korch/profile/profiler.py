@@ -316,9 +316,13 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         if reader is not None:
             read_speed()
             spoiled = dict.fromkeys(order[k] for k in watch.suspects())
-            # (not whole models: one may take a minute to compile, and selection times them side by side anyway)
+            # Whole models too, where their backend compiles in seconds: selection times the contenders
+            # side by side, but decides which split plans are worth compiling by their profiles, and the
+            # kept one's profile is the plan's prediction (candy at 1 thread on the Intel host: OpenVINO's
+            # whole model profiled at 264 ms and ran at 149). Not those of a backend compiled ahead
+            # (Inductor: a whole model takes 20-60 s to compile again).
             again = [j for j in spoiled if records[(j.candidate.key, j.backend)].status is Status.OK
-                     and j.candidate.size < len(graph.nodes)]
+                     and (j.candidate.size < len(graph.nodes) or not get_backend(j.backend).compiles_ahead)]
             if again:
                 log.warning("profile: the machine ran up to %.2fx slower than its fastest while %d kernel(s) were "
                             "timed (read from a small kernel timed again every %.0f s: %.3f to %.3f ms over %d "

@@ -74,6 +74,23 @@ def test_kernels_timed_in_a_slow_spell_are_timed_again(tmp_path: Path) -> None:
         assert unwatched.retimed == 0 and unwatched.slowest is None
 
 
+def test_a_whole_model_timed_in_a_slow_spell_is_timed_again_where_it_compiles_quickly(tmp_path: Path) -> None:
+    """A whole model's profile decides which split plans selection compiles and is a one-kernel plan's
+    prediction: one profiled in a slow spell is timed again like any kernel (onnxruntime compiles it
+    in seconds)."""
+    graph = _graph()
+    whole = next(c for c in enumerate_candidates(graph, OptimizeSettings().limits) if c.size == len(graph.nodes))
+    calls = []
+
+    def reader() -> float:        # slow on the reading after the whole model's profile
+        calls.append(1)
+        return 2.0 if len(calls) == 2 else 1.0
+
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, {"onnxruntime": [whole]}, db, 1, "m", QUICK, speed_reader=reader)
+    assert outcome.retimed == 1 and outcome.records[(whole.key, "onnxruntime")].status is Status.OK
+
+
 def test_without_a_reader_a_small_timed_kernel_becomes_the_sentinel(tmp_path: Path) -> None:
     graph = _graph(rows=4096)              # 8 MB tensors: kernels of milliseconds
     with ProfileDB(tmp_path / "p.sqlite") as db:
