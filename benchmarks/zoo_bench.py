@@ -171,12 +171,17 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
     return result
 
 
+def _summary(plan: Path) -> dict:
+    """The summary of the optimize that last wrote `plan` ({} if there is no readable plan)."""
+    try:
+        return json.loads((plan / "plan.json").read_text()).get("summary") or {}
+    except (OSError, ValueError):
+        return {}
+
+
 def _predicted(plan: Path) -> float | None:
     """The predicted time of the plan the bench ran, from its summary (the warm optimize's)."""
-    try:
-        value = (json.loads((plan / "plan.json").read_text()).get("summary") or {}).get("predicted_ms")
-    except (OSError, ValueError):
-        return None
+    value = _summary(plan).get("predicted_ms")
     return float(value) if isinstance(value, (int, float)) else None
 
 
@@ -187,10 +192,7 @@ def _stages(plan: Path) -> dict[str, float]:
     """The seconds of each stage of the optimize that wrote `plan`, from its summary ("load" builds and
     exports a zoo model not yet cached; "calibrate" measures the machine's kernel boundaries, once),
     and of each profiling phase under "profile: PHASE" (compile, check, timing per backend; compile ahead)."""
-    try:
-        summary = json.loads((plan / "plan.json").read_text()).get("summary") or {}
-    except (OSError, ValueError):
-        return {}
+    summary = _summary(plan)
     phases = summary.get("profile_phase_seconds") or {}
     return {**{stage: float(summary[f"{stage}_seconds"]) for stage in STAGES
                if isinstance(summary.get(f"{stage}_seconds"), (int, float))},
@@ -204,10 +206,7 @@ SELECTION = ("kept", "why", "split_kernels", "split_predicted_ms", "split_measur
 def _selection(plan: Path) -> dict:
     """What the cold optimize's measured selection did (kept, why, its best split plan predicted and
     timed), from its plan's summary: the warm run replays that choice and its summary says less."""
-    try:
-        summary = json.loads((plan / "plan.json").read_text()).get("summary") or {}
-    except (OSError, ValueError):
-        return {}
+    summary = _summary(plan)
     return {k: summary[k] for k in SELECTION if k in summary}
 
 
