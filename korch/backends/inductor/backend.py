@@ -30,6 +30,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from korch.backends.base import CompileOptions, Kernel, writable_alias
 from korch.backends.inductor.attention import find_attention
+from korch.backends.inductor.isa import checked_isa_config
 from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, Prim, attention, unsupported_reason
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
@@ -213,7 +214,7 @@ def _compile(graph: Graph, options: CompileOptions, example: list[torch.Tensor],
              freezing: bool, relayout: frozenset[int]) -> Callable[..., tuple[torch.Tensor, ...]]:
     module = CandidateModule(graph, device, relayout).eval()
     # Inductor fixes the OpenMP thread count in the code it generates; cpp.threads also keys its cache.
-    config = {"freezing": freezing, "cpp.threads": options.threads}
+    config = {"freezing": freezing, "cpp.threads": options.threads, **checked_isa_config()}
     if freezing and any(np.ndim(a) == 0 for a in graph.constants.values()):
         # torch 2.13: frozen 0-d constants are inlined as literals, but Inductor's FX graph cache
         # keys them without their values: a graph differing only in such a scalar gets stale code
