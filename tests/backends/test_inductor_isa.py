@@ -17,13 +17,12 @@ ON_ITS_OWN = "from torch._inductor import cpu_vec_isa; print(cpu_vec_isa.pick_ve
 AFTER_KORCH = """
 import torch
 from torch._inductor import cpu_vec_isa
-from korch.backends.inductor.isa import checked_isa_config
+from korch.backends.inductor.isa import best_flagged_isa, checked_isa_config
 with torch._inductor.config.patch(checked_isa_config()):
     print(cpu_vec_isa.pick_vec_isa())
 print(checked_isa_config())
 try:                                  # the best ISA the CPU's flags allow (x86 only)
-    flags = set(cpu_vec_isa.x86_isa_checker())
-    print(next(str(v) for v in cpu_vec_isa.supported_vec_isa_list if all(f in flags for f in str(v).split())))
+    print(best_flagged_isa())
 except Exception:
     print("none")
 """

@@ -39,11 +39,9 @@ def checked_isa_config() -> dict[str, object]:
 
         if config.cpp.vec_isa_ok is not None or config.cpp.simdlen is not None:
             return {}
-        flags = set(isa.x86_isa_checker())
-        allowed = [v for v in isa.supported_vec_isa_list if all(f in flags for f in str(v).split())]
-        if not allowed:
+        first = best_flagged_isa()
+        if first is None:
             return {}
-        first = allowed[0]
         if not first.check_build(isa.VecISA._avx_code):
             log.debug("inductor: %s fails its build check; Inductor checks every ISA", first)
             return {}
@@ -51,3 +49,13 @@ def checked_isa_config() -> dict[str, object]:
         log.debug("inductor: vector ISA not checked ahead (%s: %s)", type(e).__name__, e)
         return {}
     return {"cpp.vec_isa_ok": True}
+
+
+def best_flagged_isa():
+    """The first of Inductor's vector ISAs, in its order of preference, whose CPU flags this machine
+    has (x86; torch._inductor.cpu_vec_isa's internals): the one Inductor picks if its build check
+    passes. None if no ISA's flags are all present."""
+    from torch._inductor import cpu_vec_isa as isa
+
+    flags = set(isa.x86_isa_checker())
+    return next((v for v in isa.supported_vec_isa_list if all(f in flags for f in str(v).split())), None)
