@@ -127,6 +127,13 @@ class ProfileSettings:
     guide_rounds: int = 100
     guide_batch: int = 1
     guide_batch_exact: int = 40
+    # The winner's curse: of a thousand kernels each timed once on a noisy machine, the solve chooses
+    # those whose one timing read low (yolov4's first split plan: its 18 kernels ran 1.20x their
+    # profiles when selection timed them alone again). So once the loop is stable, the kernels of the
+    # best split plan over measured costs are timed once more, on their own, and that second timing,
+    # which no solve chose them for, becomes their record; the loop then goes on from the new costs.
+    # At most this many times (0: never); a kernel is timed again once per optimize.
+    guide_confirm_rounds: int = 3
     # A guided backend's predictions are rescaled to the machine's speed now by its whole model:
     # measured / predicted (profile/guided.py: _whole_scale). A backend without an accepted whole model,
     # or with this off, measures `guide_sample` random kernels first and takes the median of theirs.

@@ -32,6 +32,12 @@ this machine's profiles, or, before it has learned, its roofline prior alone: `g
    yolox-nano's profiles: 489 kernels measured instead of 649, the same plan; guided_replay.py --bar). The problem is
    remembered as finished, so a warm optimize reads the same records and solves nothing (a cost
    model retrained in between would otherwise ask for other kernels and make warm runs differ).
+5. The winner's curse: of a thousand kernels timed once each on a noisy machine, the stable solve
+   chose those whose one timing read low. So the kernels of the best split plan over measured costs
+   are timed a second time (`guide_confirm_rounds`, `_confirm`), the second timing, which no solve
+   chose them for, is their record, and the loop goes on from there (3-4), until a best plan's
+   kernels have all been timed twice, its cost cannot beat the whole-model bar, or the rounds are
+   spent. Each kernel is timed again once per optimize.
 
 A guided backend chooses from every candidate it could run: Inductor's budget of fused candidates
 does not apply to it when it is guided (`ProfileSettings.guided_backends`; not by default, because
@@ -46,9 +52,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import random
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -100,6 +107,7 @@ class GuideStats:
     rounds: int = 0
     skipped: int = 0
     stable: bool = True           # the last solve chose only measured kernels (else: the round limit)
+    confirmed: int = 0            # kernels of a best split plan timed a second time (the winner's curse)
 
 
 def candidate_option(cand: Candidate, backend: str, cost: float, index: int) -> Option:
@@ -156,9 +164,10 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     usable = _usable(records, outcome.tolerance)
     got = outcome
 
-    def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
+    def measure(want: Mapping[str, Sequence[Candidate]], retime: Collection[tuple[str, str]] = ()) -> None:
         nonlocal got
-        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference)
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference,
+                        retime)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, outcome.tolerance))
@@ -188,9 +197,23 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     optimistic, expected = _bounds(pending, predicted, scale, optimism, expectation)
 
     split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s)
-    rounds, stable = solve_until_stable(split, usable, pending, optimistic, measure, ps.guide_rounds, ps.guide_batch,
-                                        bar=_bar(pools, usable, whole, settings), exact_batch_size=ps.guide_batch_exact,
-                                        expected=expected, uncertainty=ps.guide_uncertainty)
+    bar = _bar(pools, usable, whole, settings)
+
+    def until_stable(max_rounds: int) -> tuple[int, bool]:
+        return solve_until_stable(split, usable, pending, optimistic, measure, max_rounds, ps.guide_batch, bar=bar,
+                                  exact_batch_size=ps.guide_batch_exact, expected=expected,
+                                  uncertainty=ps.guide_uncertainty)
+
+    rounds, stable = until_stable(ps.guide_rounds)
+    confirmed: set[tuple[str, str]] = set()
+    for _ in range(ps.guide_confirm_rounds if stable else 0):
+        again = _confirm(split, usable, pools, bar, confirmed, measure)
+        if not again:
+            break
+        more, stable = until_stable(max(ps.guide_rounds - rounds, 1))
+        rounds += more
+        if not stable:
+            break
     if stable:
         db.put_guided_done(problem)
     else:
@@ -199,7 +222,40 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     log.info("guided profiling: %d of %d legal unmeasured pairs measured in %d round(s); %d never compiled",
              legal - len(pending), legal, rounds, len(pending))
     merged = replace(got, records=records, measured=got.measured + len(illegal))
-    return merged, GuideStats(tuple(sorted(models)), rounds, len(pending), stable)
+    return merged, GuideStats(tuple(sorted(models)), rounds, len(pending), stable, len(confirmed))
+
+
+def _confirm(split: SplitProblem, usable: dict[tuple[str, str], float], pools: Mapping[str, Sequence[Candidate]],
+             bar: float | None, confirmed: set[tuple[str, str]],
+             measure: Callable[..., None]) -> int:
+    """Time again, once each, the kernels of the best split plan over measured costs that were timed
+    only once (ProfileSettings.guide_confirm_rounds: the winner's curse), their second timing now
+    their record; returns how many: none if there is no split plan, or the best cannot run below `bar`
+    (then no split plan is kept, whatever its kernels measure again)."""
+    try:
+        best = split.solve(usable, {}, {})
+    except SelectionError:
+        return 0
+    if bar is not None and best.cost >= bar:
+        return 0
+    pairs = [split.pairs[o.key] for o in best.chosen if split.pairs[o.key] not in confirmed]
+    if not pairs:
+        return 0
+    by_pair = {(c.key, name): c for name, candidates in pools.items() for c in candidates}
+    want: dict[str, list[Candidate]] = {}
+    for pair in pairs:
+        want.setdefault(pair[1], []).append(by_pair[pair])
+    before = {pair: usable[pair] for pair in pairs}
+    measure(want, retime=pairs)
+    confirmed.update(pairs)
+    ratios = sorted(usable[p] / before[p] for p in pairs if p in usable and before[p] > 0)
+    again = split.solve(usable, {}, {})
+    log.info("guided profiling: the best split plan's %d kernel(s) timed again, a median %.3fx their first "
+             "profiles (%.3f-%.3f); the plan %.3f -> %.3f ms at its kernels' new times, the best split plan "
+             "now %.3f ms", len(pairs), statistics.median(ratios) if ratios else math.nan,
+             ratios[0] if ratios else math.nan, ratios[-1] if ratios else math.nan, best.cost * 1e3,
+             (best.cost + sum(usable.get(p, math.inf) - before[p] for p in pairs)) * 1e3, again.cost * 1e3)
+    return len(pairs)
 
 
 def profiled_last(settings: OptimizeSettings) -> tuple[str, ...]:
@@ -559,9 +615,9 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
 def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
              machine: str, source: OnnxSource | None, progress: Progress | None,
              fp32_error: float | None = None, keep: KeepKernel | None = None,
-             reference: ReferenceValues | None = None) -> ProfileOutcome:
+             reference: ReferenceValues | None = None, retime: Collection[tuple[str, str]] = ()) -> ProfileOutcome:
     return profile(graph, pools, db, settings.threads, machine, settings.profile, settings.accuracy, settings.seed,
-                   progress, source, fp32_error, keep, reference=reference)
+                   progress, source, fp32_error, keep, reference=reference, retime=retime)
 
 
 def _refuse_illegal(graph: Graph, pending: dict[tuple[str, str], Candidate], records: dict[tuple[str, str], Record],

@@ -18,7 +18,7 @@ import math
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -169,7 +169,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             seed: int = 0, progress: Progress | None = None, source: OnnxSource | None = None,
             fp32_error: float | None = None, keep: KeepKernel | None = None,
             speed_reader: Callable[[], float] | None = None,
-            reference: ReferenceValues | None = None) -> ProfileOutcome:
+            reference: ReferenceValues | None = None,
+            retime: Collection[tuple[str, str]] = ()) -> ProfileOutcome:
     """Ensure a record for every (candidate key, backend) pair of `pools` (backend -> candidates).
 
     Stored records are reused. A kernel is accepted when it is within the accuracy policy's tolerance
@@ -184,9 +185,14 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
 
     `reference`: the graph's reference values, kept across calls (guided profiling's rounds); its
     random inputs replace those of `seed`. Without it, each call streams the reference run again.
+
+    `retime`: (candidate key, backend) pairs whose stored accepted records are measured again, and
+    the new record stored in their place (guided profiling's check of the winner's curse); where the
+    new measurement fails, the stored record stays.
     """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
+    firsts: dict[tuple[str, str], Record] = {}     # a retimed pair's stored record
     whole_model_key: str | None = None
     for name, candidates in pools.items():
         backend = get_backend(name)
@@ -197,7 +203,10 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                 whole_model_key = c.key
         stored = db.get_many(list(reps), name, record_version(backend, settings), threads, machine)
         for key, cand in reps.items():
-            if key in stored and trusted(stored[key]):
+            if key in stored and (key, name) in retime and stored[key].status is Status.OK:
+                firsts[(key, name)] = stored[key]
+                jobs.append(Job(cand, name))
+            elif key in stored and trusted(stored[key]):
                 records[(key, name)] = stored[key]
             else:
                 jobs.append(Job(cand, name))
@@ -389,6 +398,12 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             pool.shutdown(wait=True, cancel_futures=True)
         if ahead is not None:
             ahead.release()
+    for pair, first in firsts.items():
+        if records[pair].status is not Status.OK:
+            log.info("profile: %s's kernel %s failed when measured again (%s); its first record stays",
+                     pair[1], pair[0][:12], records[pair].reason)
+            db.put(first)
+            records[pair] = first
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
         # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB

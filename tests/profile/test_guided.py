@@ -92,3 +92,30 @@ def test_a_new_machine_is_guided_by_the_roofline_prior(tmp_path: Path) -> None:
     assert cold.profiled_new < cold.unique_candidates
     assert cold.max_rel_error <= cold.check_tolerance
     assert warm.profiled_new == 0 and warm.guide.rounds == 0 and warm.selection.kernels == cold.selection.kernels
+
+
+def test_the_best_split_plans_kernels_are_timed_again_once(trained: Path, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """ProfileSettings.guide_confirm_rounds (the winner's curse): once the loop is stable, the kernels
+    of the best split plan over measured costs are timed a second time, that timing their record; off
+    at 0. A warm run times nothing again. (Any split plan may be kept here, however slow beside the
+    whole model, so that the mini model's loop never stops at the whole-model bar.)"""
+    import re
+    import shutil
+
+    model = zoo.to_model_proto("yolox-mini")       # (one no other test optimizes into `trained`)
+    counts = {}
+    for rounds in (0, 3):
+        db_path = tmp_path / f"profiles-{rounds}.sqlite"
+        shutil.copy(trained, db_path)
+        settings = replace(SETTINGS, profile=replace(QUICK_PROFILE, guide_confirm_rounds=rounds),
+                           selection=replace(QUICK_SELECTION, multi_kernel_margin=1e9))
+        caplog.clear()
+        with caplog.at_level("INFO", logger="korch.profile"), ProfileDB(db_path) as db:
+            _, _, cold = optimize(model, db, settings)
+            _, _, warm = optimize(model, db, settings)
+        said = [int(n) for n in re.findall(r"the best split plan's (\d+) kernel\(s\) timed again", caplog.text)]
+        assert cold.guide.stable and cold.max_rel_error <= cold.check_tolerance
+        assert sum(said) == cold.guide.confirmed and warm.guide.confirmed == 0 and warm.profiled_new == 0
+        counts[rounds] = cold.guide.confirmed
+    assert counts[0] == 0 and counts[3] >= 1
