@@ -247,7 +247,7 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                      + (f"; {stats.compiled_ahead} compiled ahead in worker processes" if stats.compiled_ahead else "")
                      + (f"; guided by cost models on {', '.join(stats.guide.backends)}: {stats.guide.rounds} "
                         f"solve(s), {stats.guide.skipped} kernels never compiled"
-                        + (f", {stats.guide.confirmed} kernel(s) of best split plans timed twice" if stats.guide.confirmed else "")
+                        + (f", {stats.guide.confirmed} kernel(s) of best split plans timed again as in their plan" if stats.guide.confirmed else "")
                         + ("" if stats.guide.stable else " (round limit reached)")
                         if stats.guide.backends and (stats.guide.rounds or stats.guide.skipped) else "")),
         ("kernels", f"{sel.kernels}: " + ", ".join(f"{k} {v}" for k, v in sorted(by_backend.items())) + split),

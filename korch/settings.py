@@ -130,10 +130,21 @@ class ProfileSettings:
     # The winner's curse: of a thousand kernels each timed once on a noisy machine, the solve chooses
     # those whose one timing read low (yolov4's first split plan: its 18 kernels ran 1.20x their
     # profiles when selection timed them alone again). So once the loop is stable, the kernels of the
-    # best split plan over measured costs are timed once more, on their own, and that second timing,
+    # best split plan over measured costs are timed once more, and that second timing,
     # which no solve chose them for, becomes their record; the loop then goes on from the new costs.
     # At most this many times (0: never); a kernel is timed again once per optimize.
     guide_confirm_rounds: int = 3
+    # ... and that second timing is of each call as the kernel runs inside the plan: after a sweep of
+    # what the plan's other kernels touch (their inputs, weights, outputs and intermediates), at most
+    # this many times the last-level cache (timing.PlanEviction; None: back to back, as first timed).
+    # On the model-167 Xeon host (480 MiB reported, and a kernel's working set kept in it from one
+    # call to the next) the second timing back to back read the first's 1.003x while a split plan ran
+    # 1.16x its kernels' profiles; segformer-b0's first split plan's five kernels summed 0.937x their
+    # time inside the plan back to back, 1.001x after sweeps of 480 MiB, 1.021x after 640
+    # (benchmarks/plan_eviction.py). Capped at guide_confirm_evict_max_bytes (a 480 MiB sweep takes
+    # 36 ms here; its buffer is mapped only while timing again).
+    guide_confirm_evict: float | None = 1.0
+    guide_confirm_evict_max_bytes: int = 1 << 30
     # A guided backend's predictions are rescaled to the machine's speed now by its whole model:
     # measured / predicted (profile/guided.py: _whole_scale). A backend without an accepted whole model,
     # or with this off, measures `guide_sample` random kernels first and takes the median of theirs.

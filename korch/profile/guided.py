@@ -37,7 +37,9 @@ this machine's profiles, or, before it has learned, its roofline prior alone: `g
    are timed a second time (`guide_confirm_rounds`, `_confirm`), the second timing, which no solve
    chose them for, is their record, and the loop goes on from there (3-4), until a best plan's
    kernels have all been timed twice, its cost cannot beat the whole-model bar, or the rounds are
-   spent. Each kernel is timed again once per optimize.
+   spent. Each kernel is timed again once per optimize, and as it runs in that plan: each call after
+   a sweep of what the plan's other kernels touch (`guide_confirm_evict`; back to back, a kernel
+   keeps its working set in a large last-level cache that the rest of its plan evicts).
 
 A guided backend chooses from every candidate it could run: Inductor's budget of fused candidates
 does not apply to it when it is guided (`ProfileSettings.guided_backends`; not by default, because
@@ -80,6 +82,7 @@ from korch.profile.profiler import (
 )
 from korch.profile.prune import best_times, floor_seconds, single_times
 from korch.profile.reference_values import ReferenceValues
+from korch.profile.timing import last_level_cache_bytes
 from korch.select.blp import (
     DEFAULT_TIME_LIMIT_S,
     Formulation,
@@ -164,10 +167,11 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     usable = _usable(records, outcome.tolerance)
     got = outcome
 
-    def measure(want: Mapping[str, Sequence[Candidate]], retime: Collection[tuple[str, str]] = ()) -> None:
+    def measure(want: Mapping[str, Sequence[Candidate]], retime: Collection[tuple[str, str]] = (),
+                evict: Mapping[tuple[str, str], int] | None = None) -> None:
         nonlocal got
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference,
-                        retime)
+                        retime, evict)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, outcome.tolerance))
@@ -206,8 +210,10 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
 
     rounds, stable = until_stable(ps.guide_rounds)
     confirmed: set[tuple[str, str]] = set()
+    evict_cap = 0 if ps.guide_confirm_evict is None else \
+        min(int(ps.guide_confirm_evict * last_level_cache_bytes()), ps.guide_confirm_evict_max_bytes)
     for _ in range(ps.guide_confirm_rounds if stable else 0):
-        again = _confirm(split, usable, pools, bar, confirmed, measure)
+        again = _confirm(graph, split, usable, pools, bar, confirmed, measure, evict_cap)
         if not again:
             break
         more, stable = until_stable(max(ps.guide_rounds - rounds, 1))
@@ -225,13 +231,15 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     return merged, GuideStats(tuple(sorted(models)), rounds, len(pending), stable, len(confirmed))
 
 
-def _confirm(split: SplitProblem, usable: dict[tuple[str, str], float], pools: Mapping[str, Sequence[Candidate]],
-             bar: float | None, confirmed: set[tuple[str, str]],
-             measure: Callable[..., None]) -> int:
+def _confirm(graph: Graph, split: SplitProblem, usable: dict[tuple[str, str], float],
+             pools: Mapping[str, Sequence[Candidate]], bar: float | None, confirmed: set[tuple[str, str]],
+             measure: Callable[..., None], evict_cap: int = 0) -> int:
     """Time again, once each, the kernels of the best split plan over measured costs that were timed
     only once (ProfileSettings.guide_confirm_rounds: the winner's curse), their second timing now
     their record; returns how many: none if there is no split plan, or the best cannot run below `bar`
-    (then no split plan is kept, whatever its kernels measure again)."""
+    (then no split plan is kept, whatever its kernels measure again). Each call of a kernel timed
+    again follows a sweep of the bytes the plan's other kernels touch, at most `evict_cap`
+    (ProfileSettings.guide_confirm_evict): what it finds of its caches inside the plan."""
     try:
         best = split.solve(usable, {}, {})
     except SelectionError:
@@ -246,13 +254,18 @@ def _confirm(split: SplitProblem, usable: dict[tuple[str, str], float], pools: M
     for pair in pairs:
         want.setdefault(pair[1], []).append(by_pair[pair])
     before = {pair: usable[pair] for pair in pairs}
-    measure(want, retime=pairs)
+    touched = {split.pairs[o.key]: touched_bytes(graph, by_pair[split.pairs[o.key]]) for o in best.chosen}
+    total = sum(touched.values())
+    evict = {pair: min(evict_cap, total - touched[pair]) for pair in pairs} if evict_cap else None
+    measure(want, retime=pairs, evict=evict)
     confirmed.update(pairs)
     ratios = sorted(usable[p] / before[p] for p in pairs if p in usable and before[p] > 0)
     again = split.solve(usable, {}, {})
-    log.info("guided profiling: the best split plan's %d kernel(s) timed again, a median %.3fx their first "
+    log.info("guided profiling: the best split plan's %d kernel(s) timed again%s, a median %.3fx their first "
              "profiles (%.3f-%.3f); the plan %.3f -> %.3f ms at its kernels' new times, the best split plan "
-             "now %.3f ms", len(pairs), statistics.median(ratios) if ratios else math.nan,
+             "now %.3f ms", len(pairs),
+             f" after sweeps of up to {max(evict.values()) / 2**20:.0f} MiB (what the plan's other kernels touch)"
+             if evict else "", statistics.median(ratios) if ratios else math.nan,
              ratios[0] if ratios else math.nan, ratios[-1] if ratios else math.nan, best.cost * 1e3,
              (best.cost + sum(usable.get(p, math.inf) - before[p] for p in pairs)) * 1e3, again.cost * 1e3)
     return len(pairs)
@@ -615,9 +628,21 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
 def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
              machine: str, source: OnnxSource | None, progress: Progress | None,
              fp32_error: float | None = None, keep: KeepKernel | None = None,
-             reference: ReferenceValues | None = None, retime: Collection[tuple[str, str]] = ()) -> ProfileOutcome:
+             reference: ReferenceValues | None = None, retime: Collection[tuple[str, str]] = (),
+             evict: Mapping[tuple[str, str], int] | None = None) -> ProfileOutcome:
     return profile(graph, pools, db, settings.threads, machine, settings.profile, settings.accuracy, settings.seed,
-                   progress, source, fp32_error, keep, reference=reference, retime=retime)
+                   progress, source, fp32_error, keep, reference=reference, retime=retime, evict=evict)
+
+
+def touched_bytes(graph: Graph, candidate: Candidate) -> int:
+    """The bytes a kernel of `candidate` reads or writes at least once: its inputs, the constants its
+    primitives read, and every value they compute (an engine reusing buffers touches less, never more)."""
+    values = set(candidate.inputs)
+    for i in candidate.nodes:
+        node = graph.nodes[i]
+        values.update(node.inputs)
+        values.add(node.output)
+    return sum(t.nbytes for t in (graph.types.get(v) for v in values) if t is not None and t.is_static)
 
 
 def _refuse_illegal(graph: Graph, pending: dict[tuple[str, str], Candidate], records: dict[tuple[str, str], Record],

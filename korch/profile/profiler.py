@@ -37,7 +37,7 @@ from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
 from korch.profile.reference_values import ReferenceValues, reference_run
 from korch.profile.speed import SpeedWatch
-from korch.profile.timing import CacheSweep, measure, summarize
+from korch.profile.timing import CacheSweep, PlanEviction, measure, summarize
 from korch.settings import AccuracyPolicy, ProfileSettings
 from korch.verify import diff_outputs, fp32_errors, random_feeds
 from korch.version import code_version
@@ -170,7 +170,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             fp32_error: float | None = None, keep: KeepKernel | None = None,
             speed_reader: Callable[[], float] | None = None,
             reference: ReferenceValues | None = None,
-            retime: Collection[tuple[str, str]] = ()) -> ProfileOutcome:
+            retime: Collection[tuple[str, str]] = (),
+            evict: Mapping[tuple[str, str], int] | None = None) -> ProfileOutcome:
     """Ensure a record for every (candidate key, backend) pair of `pools` (backend -> candidates).
 
     Stored records are reused. A kernel is accepted when it is within the accuracy policy's tolerance
@@ -188,7 +189,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
 
     `retime`: (candidate key, backend) pairs whose stored accepted records are measured again, and
     the new record stored in their place (guided profiling's check of the winner's curse); where the
-    new measurement fails, the stored record stays.
+    new measurement fails, the stored record stays. `evict`: bytes to sweep before each timed call of
+    a retimed pair, so that it is timed as it runs inside a plan (timing.PlanEviction).
     """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
@@ -228,6 +230,13 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     options = CompileOptions(threads=threads, worker_cpus=where.workers if where is not None else ())
     seconds: dict[str, float] = {}
     sweep = CacheSweep() if settings.cold_cache else None
+    evicting = {pair: n for pair, n in (evict or {}).items() if pair in firsts and n > 0}
+    eviction = PlanEviction(max(evicting.values())) if evicting else None
+
+    def sweep_of(job: Job) -> Callable[[], object] | None:
+        n = evicting.get((job.candidate.key, job.backend))
+        return sweep if n is None or eviction is None else eviction.sweep(n)
+
     transient: list[Record] = []
     watching = settings.watch_interval_s is not None and bool(jobs)
     watch = SpeedWatch(settings.watch_tolerance)
@@ -297,7 +306,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
             assert job is ordered[done - 1]
             record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
-                                  sweep, keep, ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
+                                  sweep_of(job), keep, ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
                                   compiled.pop(done - 1, None))
             pair = (job.candidate.key, job.backend)
             if again:
@@ -398,6 +407,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             pool.shutdown(wait=True, cancel_futures=True)
         if ahead is not None:
             ahead.release()
+        if eviction is not None:
+            eviction.close()
     for pair, first in firsts.items():
         if records[pair].status is not Status.OK:
             log.info("profile: %s's kernel %s failed when measured again (%s); its first record stays",
@@ -551,11 +562,11 @@ def compile_candidate(graph: Graph, cand: Candidate, backend_name: str, options:
 
 def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options: CompileOptions, threads: int,
                  machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float,
-                 seconds: dict[str, float] | None = None, sweep: CacheSweep | None = None,
+                 seconds: dict[str, float] | None = None, sweep: Callable[[], object] | None = None,
                  keep: KeepKernel | None = None, saved: Path | None = None,
                  compiled: Future[Kernel] | None = None) -> Record:
     """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
-    kernel other than the whole model (ProfileSettings.cold_cache). `saved`: the kernel, compiled
+    kernel other than the whole model (ProfileSettings.cold_cache, or a retimed kernel's eviction). `saved`: the kernel, compiled
     ahead (profile/ahead.py), to load instead of compiling. `compiled`: its compile, done in a thread
     (`_compile_window`): its kernel, or the error it raised, as if compiled here."""
     backend = get_backend(job.backend)

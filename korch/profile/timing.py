@@ -79,6 +79,47 @@ class CacheSweep:
         self._lines.sum()
 
 
+class PlanEviction:
+    """What a split plan's other kernels do to a kernel's caches between two of its calls, as a sweep
+    of up to `max_bytes`: `sweep(n)` is a callable that reads one byte per cache line of the first n
+    bytes of one buffer, mapped from the kernel (not the C heap, whose freed blocks korch keeps,
+    korch/heap.py) and given back by `close()`. For guided profiling's second timing of the kernels a
+    plan is made of (profile/guided.py `_confirm`): on the model-167 Xeon host, which reports 480 MiB
+    of last-level cache and keeps a kernel's whole working set in it between back-to-back calls,
+    the five kernels of segformer-b0's first split plan summed 69.4 ms back to back, 74.1 inside
+    their plan, and 74.2 each after a sweep of 480 MiB (benchmarks/plan_eviction.py)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        import mmap
+
+        if max_bytes < 0:
+            raise ValueError(f"an eviction sweeps >= 0 bytes, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self._map = mmap.mmap(-1, max(max_bytes, CacheSweep.LINE)) if max_bytes else None
+        self._lines = None if self._map is None else np.frombuffer(self._map, np.uint8)[:: CacheSweep.LINE]
+        if self._lines is not None:
+            self._lines[:] = 1                 # its pages are mapped now, not during the first timed call
+
+    def sweep(self, nbytes: int) -> Callable[[], object] | None:
+        """A callable sweeping min(nbytes, max_bytes) bytes, or None for none."""
+        lines = min(nbytes, self.max_bytes) // CacheSweep.LINE
+        if self._lines is None or lines <= 0:
+            return None
+        return lambda: self._lines[:lines].sum()        # (no view outlives a call: close() can unmap)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._lines = None
+            self._map.close()
+            self._map = None
+
+    def __enter__(self) -> PlanEviction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def last_level_cache_bytes(default: int = 32 << 20) -> int:
     """The largest CPU cache of cpu0 (Linux sysfs), else `default`."""
     from pathlib import Path

@@ -306,7 +306,7 @@ def test_the_best_plans_lucky_kernels_are_timed_again_once_and_the_solve_turns_f
     the best plan's kernels are timed again (their true cost), each once, until the best plan's
     kernels have all been timed twice; the optimum can then only be higher. Nothing is timed again
     where the best plan cannot beat the bar."""
-    from korch.profile.guided import _confirm
+    from korch.profile.guided import _confirm, touched_bytes
 
     rng = np.random.default_rng(seed)
     graph, pools, true, _, _ = _problem(rng, seed)
@@ -314,8 +314,10 @@ def test_the_best_plans_lucky_kernels_are_timed_again_once_and_the_solve_turns_f
     split = SplitProblem(graph, pools)
     usable = dict(lucky)
     again: list[tuple[str, str]] = []
+    evicted: dict[tuple[str, str], int] = {}
 
-    def measure(want, retime=()) -> None:
+    def measure(want, retime=(), evict=None) -> None:
+        evicted.update(evict or {})
         for name, cs in want.items():
             for c in cs:
                 assert (c.key, name) in retime
@@ -324,13 +326,18 @@ def test_the_best_plans_lucky_kernels_are_timed_again_once_and_the_solve_turns_f
 
     confirmed: set[tuple[str, str]] = set()
     first = split.solve(usable, {}, {})
-    count = _confirm(split, usable, pools, None, confirmed, measure)
+    by_pair = {(c.key, name): c for name, cs in pools.items() for c in cs}
+    touched = {split.pairs[o.key]: touched_bytes(graph, by_pair[split.pairs[o.key]]) for o in first.chosen}
+    cap = sum(touched.values()) // 2
+    count = _confirm(graph, split, usable, pools, None, confirmed, measure, evict_cap=cap)
     assert count == len(first.chosen) == len(again) == len(set(again)) and confirmed == set(again)
     assert all(usable[p] == true[p] for p in again)
-    while _confirm(split, usable, pools, None, confirmed, measure):
+    # each kernel timed again after a sweep of what the plan's other kernels touch, at most the cap
+    assert evicted == {p: min(cap, sum(touched.values()) - touched[p]) for p in again}
+    while _confirm(graph, split, usable, pools, None, confirmed, measure):
         pass
     assert len(again) == len(set(again))                      # each kernel timed again once
     best = split.solve(usable, {}, {})
     assert all(split.pairs[o.key] in confirmed for o in best.chosen)
     assert best.cost >= first.cost - 1e-12                    # the luck taken out can only raise the optimum
-    assert _confirm(split, dict(lucky), pools, first.cost, set(), measure) == 0     # at the bar: nothing
+    assert _confirm(graph, split, dict(lucky), pools, first.cost, set(), measure) == 0     # at the bar: nothing

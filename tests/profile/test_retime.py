@@ -73,3 +73,51 @@ def test_a_failed_second_measurement_leaves_the_first_record(tmp_path: Path, mon
         assert again.records[pair] == first.records[pair]
         stored = db.get_many([chosen.key], "onnxruntime", first.records[pair].backend_version, 1, "m")[chosen.key]
         assert stored.status is Status.OK and stored.median_s == first.records[pair].median_s
+
+
+def test_a_retimed_pair_with_an_eviction_is_timed_after_its_sweep_and_the_others_back_to_back(
+        tmp_path: Path, monkeypatch) -> None:
+    """profile(..., evict=...): the retimed kernel's every timed call follows a sweep of its bytes
+    (timing.PlanEviction), capped by nothing else; kernels measured for the first time, and a pair
+    in `evict` that is not retimed, are timed back to back as always."""
+    import korch.profile.profiler as profiler
+
+    graph = _graph()
+    pools = _pool(graph)
+    chosen, other = pools["onnxruntime"][0], pools["onnxruntime"][1]
+    pair = (chosen.key, "onnxruntime")
+    sweeps: dict[str, object] = {}
+    real = profiler._measure_one
+
+    def spying(graph_, job, env, options, threads, machine, source, settings, tolerance, seconds, sweep, *rest):
+        sweeps[job.candidate.key] = sweep
+        return real(graph_, job, env, options, threads, machine, source, settings, tolerance, seconds, sweep, *rest)
+
+    monkeypatch.setattr(profiler, "_measure_one", spying)
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        profile(graph, pools, db, 1, "m", QUICK, evict={pair: 1 << 20})
+        assert set(sweeps) == {c.key for c in pools["onnxruntime"]} and not any(sweeps.values())
+        sweeps.clear()
+        again = profile(graph, pools, db, 1, "m", QUICK, retime=[pair],
+                        evict={pair: 1 << 20, (other.key, "onnxruntime"): 1 << 20})
+        assert set(sweeps) == {chosen.key} and callable(sweeps[chosen.key])
+        assert again.records[pair].status is Status.OK
+
+
+def test_plan_eviction_sweeps_at_most_its_buffer_and_unmaps_it() -> None:
+    from korch.profile.timing import CacheSweep, PlanEviction
+
+    with PlanEviction(1 << 20) as eviction:
+        assert eviction.sweep(0) is None and eviction.sweep(CacheSweep.LINE - 1) is None
+        whole, part = eviction.sweep(64 << 20), eviction.sweep(1 << 16)
+        assert whole() == (1 << 20) // CacheSweep.LINE          # every line of the buffer, once, and no more
+        assert part() == (1 << 16) // CacheSweep.LINE
+    assert eviction.sweep(1 << 16) is None                    # closed: nothing left to sweep
+
+
+def test_touched_bytes_counts_inputs_constants_and_computed_values_once() -> None:
+    from korch.profile.guided import touched_bytes
+
+    graph = _graph()                                          # x -> relu -> exp -> neg -> sigmoid, (64, 512) fp32
+    cands = [c for c in enumerate_candidates(graph, OptimizeSettings().limits) if c.size == 2]
+    assert cands and all(touched_bytes(graph, c) == 3 * 64 * 512 * 4 for c in cands)
