@@ -165,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def first_split_plan(work: Path, model: str, threads: int):
+def first_split_plan(work: Path, model: str, threads: int, rewrite: bool = True):
     """Measured selection's context for `model` over WORK's profile cache (profiling whatever it lacks),
-    and the first split plan it solves for from the profiles: (context, selection, plan, predicted s)."""
+    and the first split plan it solves for from the profiles: (context, selection, plan, predicted s).
+    `rewrite`: the model rewritten as `korch optimize` rewrites it (OptimizeSettings.rewrites), whose
+    candidates a zoo_bench cache holds; off, the model as given."""
     from korch.api import default_backends
     from korch.frontend.regions import OnnxSource
     from korch.pipeline import build_options, enumerate_all, profile_pools, run_fission
@@ -180,7 +182,8 @@ def first_split_plan(work: Path, model: str, threads: int):
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     db = ProfileDB(work / "profile-cache" / "profiles.sqlite")
     machine = machine_fingerprint()
-    fissioned = run_fission(model, cache_dir=db.path.parent)
+    fissioned = run_fission(model, cache_dir=db.path.parent, rewrite=rewrite and settings.rewrites, seed=settings.seed,
+                            rtol=settings.accuracy.rtol)
     graph = fissioned.graph
     source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
     cands = enumerate_all(graph, settings)

@@ -3,7 +3,7 @@
     python benchmarks/plan_eviction.py WORK MODEL [--threads 2] [--rounds 10] [--sweeps 64,256,480,640,1024]
 
 WORK is a zoo_bench work directory (WORK/profile-cache holds the model's profiles, as for
-plan_breakdown.py, whose first split plan this times). Back to back, a kernel finds its whole working
+plan_breakdown.py, whose first split plan this times; `--as-given`: of the model not rewritten). Back to back, a kernel finds its whole working
 set (weights, inputs, the engine's intermediate buffers) where its last call left it; on a host whose
 last-level cache is large (the model-167 Xeon VM reports 480 MiB) that is all of it. Inside a plan
 the other kernels ran in between. Timed in rounds, on the inputs each step gets in the plan:
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--sweeps", default="64,256,480,640,1024", help="sweep sizes, MiB, comma-separated")
+    p.add_argument("--as-given", action="store_true", help="the model as given, not rewritten as optimize does")
     args = p.parse_args(argv)
 
     from plan_breakdown import first_split_plan
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from korch.runtime import Session
     from korch.runtime.session import compile_step, plan_placement
 
-    ctx, _, plan, _ = first_split_plan(args.work, args.model, args.threads)
+    ctx, _, plan, _ = first_split_plan(args.work, args.model, args.threads, rewrite=not args.as_given)
     kernels = [compile_step(plan, s) for s in plan.steps]
     session = Session(plan, kernels)
     feeds = dict(session._check_feeds(ctx.feeds))

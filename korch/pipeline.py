@@ -69,8 +69,10 @@ class FissionResult:
 def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
                   cache_dir: str | os.PathLike | None = None) -> str | os.PathLike | onnx.ModelProto:
     """A ModelProto, an existing file, or the name of a zoo model: built on the spot, or with a
-    cache_dir exported once into it and read back from there."""
-    if isinstance(spec, onnx.ModelProto) or Path(spec).exists():
+    cache_dir exported once into it and read back from there. A directory is never a model: a zoo
+    model's name is that model even where the working directory holds a directory of that name (a
+    plan written by `-o yolov4`, say)."""
+    if isinstance(spec, onnx.ModelProto) or (Path(spec).exists() and not Path(spec).is_dir()):
         return spec
     if cache_dir is not None:           # a cached export is found without importing the zoo (and torch)
         from korch.zoo.files import exported_path
@@ -89,7 +91,8 @@ def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
                 log.warning("cannot cache the exported zoo model under %s (%s); building it in memory", cache_dir, e)
         log.info("building zoo model %s", spec)
         return zoo.to_model_proto(str(spec))
-    raise ModelLoadError(f"{spec}: no such file, and not a zoo model (zoo: {', '.join(names)})")
+    what = "a directory, not an ONNX file" if Path(spec).is_dir() else "no such file"
+    raise ModelLoadError(f"{spec}: {what}, and not a zoo model (zoo: {', '.join(names)})")
 
 
 def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,

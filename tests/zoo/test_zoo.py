@@ -271,6 +271,24 @@ def test_resolve_model_falls_back_to_memory_when_the_cache_is_unwritable(tmp_pat
     assert isinstance(resolve_model("candy-mini", tmp_path), Path)
 
 
+def test_a_directory_named_like_a_zoo_model_is_not_the_model(tmp_path: Path, monkeypatch) -> None:
+    """`korch optimize yolov4` where ./yolov4 is a directory (a plan written by `-o yolov4`) means the
+    zoo model; a directory of any other name is refused as a directory, not as a missing file."""
+    from korch.errors import ModelLoadError
+    from korch.pipeline import resolve_model
+
+    cache = tmp_path / "cache"
+    path = zoo.cached_export("candy-mini", cache)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "candy-mini").mkdir()
+    (tmp_path / "plans").mkdir()
+    assert resolve_model("candy-mini", cache) == path
+    with pytest.raises(ModelLoadError, match="plans: a directory, not an ONNX file, and not a zoo model"):
+        resolve_model("plans", cache)
+    with pytest.raises(ModelLoadError, match="absent: no such file, and not a zoo model"):
+        resolve_model("absent", cache)
+
+
 def _session(name: str) -> ort.InferenceSession:
     proto = zoo.to_model_proto(name)
     return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
