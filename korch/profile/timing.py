@@ -86,8 +86,8 @@ class PlanEviction:
     korch/heap.py) and given back by `close()`. For guided profiling's second timing of the kernels a
     plan is made of (profile/guided.py `_confirm`): on the model-167 Xeon host, which reports 480 MiB
     of last-level cache and keeps a kernel's whole working set in it between back-to-back calls,
-    the five kernels of segformer-b0's first split plan summed 69.4 ms back to back, 74.1 inside
-    their plan, and 74.2 each after a sweep of 480 MiB (benchmarks/plan_eviction.py)."""
+    the six kernels of segformer-b0's first split plan summed 46.4 ms back to back, 52.2 inside
+    their plan, and 50.9 each after a sweep of 640 MiB (benchmarks/plan_eviction.py)."""
 
     def __init__(self, max_bytes: int) -> None:
         import mmap
