@@ -566,8 +566,8 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
                  keep: KeepKernel | None = None, saved: Path | None = None,
                  compiled: Future[Kernel] | None = None) -> Record:
     """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
-    kernel other than the whole model (ProfileSettings.cold_cache, or a retimed kernel's eviction). `saved`: the kernel, compiled
-    ahead (profile/ahead.py), to load instead of compiling. `compiled`: its compile, done in a thread
+    kernel other than the whole model (ProfileSettings.cold_cache, or a retimed kernel's eviction).
+    `saved`: the kernel, compiled ahead (profile/ahead.py), to load instead of compiling. `compiled`: its compile, done in a thread
     (`_compile_window`): its kernel, or the error it raised, as if compiled here."""
     backend = get_backend(job.backend)
     cand = job.candidate
