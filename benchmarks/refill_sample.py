@@ -1,0 +1,133 @@
+"""What a kernel pays inside a plan for its working set, over many kernels: back to back against after a sweep.
+
+    python benchmarks/refill_sample.py WORK MODEL [--threads 2] [--per-backend 40] [--sweep-mib 640]
+                                       [--backends onnxruntime,openvino] [--repeats 7]
+
+WORK is a zoo_bench work directory (WORK/profile-cache holds the model's profiles). From the
+kernels profiled there (accepted, not the whole model), `--per-backend` are drawn per backend,
+spread over their profiled times, compiled as the profiler compiles them (threads placed), and each
+timed on its reference inputs back to back and after a one-thread sweep of `--sweep-mib` MiB
+(timing.PlanEviction: what guided profiling's second timing runs, and what a split plan's other
+kernels do on a host with a large last-level cache; benchmarks/plan_eviction.py). Printed per
+kernel, and summarised per backend by bins of touched bytes: the refill (after the sweep less back
+to back) against what the kernel touches (guided.touched_bytes) and against its inputs, weights and
+outputs alone. The data for a model of the refill; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("work", type=Path)
+    p.add_argument("model")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--per-backend", type=int, default=40)
+    p.add_argument("--sweep-mib", type=int, default=640)
+    p.add_argument("--backends", default="onnxruntime,openvino")
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args(argv)
+
+    from korch.api import default_backends
+    from korch.backends import CompileOptions, get_backend
+    from korch.backends.placement import pinned, placement
+    from korch.frontend.regions import OnnxSource
+    from korch.pipeline import enumerate_all, run_fission
+    from korch.profile.database import ProfileDB, Status, machine_fingerprint
+    from korch.profile.guided import touched_bytes
+    from korch.profile.profiler import Job, _streamed_values, compile_candidate, record_version
+    from korch.profile.timing import SETTLE_SECONDS, PlanEviction, measure
+    from korch.settings import OptimizeSettings
+    from korch.verify import random_feeds
+
+    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
+    db = ProfileDB(args.work / "profile-cache" / "profiles.sqlite")
+    machine = machine_fingerprint()
+    fissioned = run_fission(args.model, cache_dir=db.path.parent, rewrite=settings.rewrites, seed=settings.seed,
+                            rtol=settings.accuracy.rtol)
+    graph = fissioned.graph
+    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
+    cands = enumerate_all(graph, settings).all
+    rng = random.Random(0)
+    jobs: list[Job] = []
+    profiled: dict[tuple[str, str], float] = {}
+    for name in args.backends.split(","):
+        reps = {c.key: c for c in cands if c.size < len(graph.nodes)}
+        stored = db.get_many(list(reps), name, record_version(get_backend(name), settings.profile), args.threads,
+                             machine)
+        ok = sorted((r.median_s, key) for key, r in stored.items() if r.status is Status.OK and r.median_s)
+        if not ok:
+            print(f"{name}: no accepted profiles in {db.path}", file=sys.stderr)
+            continue
+        # spread over the profiled times: one draw from each of `per_backend` equal slices of the sorted list
+        step = len(ok) / min(args.per_backend, len(ok))
+        picked = [ok[min(len(ok) - 1, int(k * step + rng.random() * step))] for k in range(min(args.per_backend, len(ok)))]
+        for median_s, key in dict.fromkeys(picked):
+            jobs.append(Job(reps[key], name))
+            profiled[(key, name)] = median_s
+    where = placement(args.threads)
+    options = CompileOptions(threads=args.threads, worker_cpus=where.workers if where is not None else ())
+    rows = []
+    # every kernel's reference inputs first (as the profiler gives them): the reference run's own
+    # onnxruntime pools keep spinning after each node and would slow whatever is timed beside them
+    jobs_inputs = [(job, [np.asarray(env[i], order="C").copy() for i in job.candidate.inputs])
+                   for job, env in _streamed_values(graph, random_feeds(graph, settings.seed), jobs)]
+    time.sleep(SETTLE_SECONDS)
+    with PlanEviction(args.sweep_mib << 20) as eviction:
+        sweep = eviction.sweep(args.sweep_mib << 20)
+        for k, (job, inputs) in enumerate(jobs_inputs):
+            print(f"kernel {k + 1}/{len(jobs)}", file=sys.stderr, flush=True)
+            cand = job.candidate
+            try:          # (not on the pinned caller: an engine's pool made now would inherit its one CPU)
+                kernel = compile_candidate(graph, cand, job.backend, options, source)
+            except Exception as e:  # noqa: BLE001  (a kernel that no longer compiles is left out)
+                print(f"  {job.backend} {cand.key[:12]}: {type(e).__name__}: {e}", file=sys.stderr)
+                continue
+            with pinned(where.caller if where is not None else None):
+                hot = measure(lambda: kernel.run(inputs), warmup=2, repeats=args.repeats, min_seconds=0.0).median_s
+                swept = measure(lambda: kernel.run(inputs), warmup=1, repeats=args.repeats, min_seconds=0.0,
+                                before=sweep).median_s
+            io = sum(graph.types[v].nbytes for v in (*cand.inputs, *cand.outputs)) + sum(
+                graph.types[v].nbytes for v in {v for i in cand.nodes for v in graph.nodes[i].inputs
+                                                 if v in graph.constants})
+            rows.append((job.backend, cand.size, touched_bytes(graph, cand), io, profiled[(cand.key, job.backend)],
+                         hot, swept))
+
+
+    mib = 1 << 20
+    print(f"{args.model}: {len(rows)} kernels, threads {args.threads}, sweep {args.sweep_mib} MiB")
+    print("| backend | primitives | touched MiB | in+weights+out MiB | profile ms | hot ms | after sweep ms | refill ms |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for b, size, touched, io, prof, hot, swept in sorted(rows, key=lambda r: (r[0], r[2])):
+        print(f"| {b} | {size} | {touched / mib:.1f} | {io / mib:.1f} | {prof * 1e3:.3f} | {hot * 1e3:.3f} | "
+              f"{swept * 1e3:.3f} | {(swept - hot) * 1e3:+.3f} |")
+    print()
+    print("| backend | touched MiB | kernels | refill ms, median (p10-p90) | after sweep / hot, median |")
+    print("|---|---|---:|---|---:|")
+    edges = [0, 1, 4, 16, 64, 256, math.inf]
+    for b in sorted({r[0] for r in rows}):
+        for lo, hi in zip(edges, edges[1:]):
+            sel = [r for r in rows if r[0] == b and lo * mib <= r[2] < hi * mib]
+            if not sel:
+                continue
+            refill = sorted((r[6] - r[5]) * 1e3 for r in sel)
+            q = lambda f: refill[min(len(refill) - 1, int(f * len(refill)))]  # noqa: E731
+            print(f"| {b} | {lo}-{hi} | {len(sel)} | {statistics.median(refill):+.3f} ({q(0.1):+.3f} to "
+                  f"{q(0.9):+.3f}) | {statistics.median(r[6] / r[5] for r in sel):.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
