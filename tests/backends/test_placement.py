@@ -102,3 +102,53 @@ def test_a_split_plan_holds_its_caller_while_it_runs_and_a_whole_model_does_not(
     whole = (Step("recording", (0, 1, 2), graph.inputs, graph.outputs, "all", 0.0),)
     run(whole)
     assert seen == [before]                        # one engine running the whole model runs as its users run it
+
+
+# Run in a new process, so that torch's OpenMP pool is made there (a pytest worker made its own
+# long ago). Prints the threads whose CPUs are fewer than the process's own.
+_CONFINED = """
+import os, sys
+import numpy as np
+from korch.backends.placement import pinned, placement
+where = placement(2)
+if sys.argv[1] == "inductor":
+    from korch.backends import CompileOptions, get_backend
+    from korch.backends.reference import evaluate
+    from korch.ir.graph import GraphBuilder
+    from korch.ir.types import DType, TensorType
+    b = GraphBuilder("g", fold=lambda node, arrays: evaluate(node, arrays))
+    v = b.emit("exp", [b.emit("relu", [b.add_input("x", TensorType((1024, 1024), DType.FLOAT32))])])
+    kernel = get_backend("inductor").compile(b.build([("y", v)]), CompileOptions(threads=2, worker_cpus=where.workers))
+    x = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+    with pinned(where.caller):                      # as a split plan's Session runs it
+        for _ in range(3):
+            (y,) = kernel.run([x])
+    np.testing.assert_allclose(y, np.exp(np.maximum(x, 0)), rtol=1e-5)
+else:                                               # torch's pool made on the pinned caller: confined
+    import torch
+    torch.set_num_threads(2)
+    with pinned(where.caller):                      # torch's first parallel loop (a fill of 4M floats)
+        torch.ones(2048, 2048).sum()
+full = os.sched_getaffinity(0)
+print(sum(1 for t in os.listdir("/proc/self/task") if os.sched_getaffinity(int(t)) != full))
+"""
+
+
+@needs_two_cpus
+def test_an_inductor_kernel_makes_its_openmp_pool_before_a_plan_pins_its_caller() -> None:
+    """A thread inherits the CPUs of the thread that makes it: an engine pool first made while a split
+    plan holds its caller to one CPU would run all its threads there. An Inductor kernel makes
+    torch's OpenMP pool when it is compiled (its first call), not on the plan's pinned caller; the
+    control shows the check sees a pool made there."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+
+    def confined(kind: str) -> int:
+        out = subprocess.run([sys.executable, "-c", _CONFINED, kind], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return int(out.stdout.split()[-1])
+
+    assert confined("torch-on-the-pinned-caller") >= 1
+    assert confined("inductor") == 0
