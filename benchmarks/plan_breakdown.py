@@ -27,9 +27,18 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from korch.frontend.regions import OnnxSource  # noqa: E402
+from korch.ir.graph import Graph  # noqa: E402
+from korch.pipeline import CandidateSet  # noqa: E402
+from korch.profile.database import ProfileDB, machine_fingerprint  # noqa: E402
+from korch.settings import OptimizeSettings  # noqa: E402
 
 SWEEP = np.ones(64 << 20, np.uint8)      # larger than this machine's 32 MiB L3
 
@@ -165,28 +174,45 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def first_split_plan(work: Path, model: str, threads: int, rewrite: bool = True):
-    """Measured selection's context for `model` over WORK's profile cache (profiling whatever it lacks),
-    and the first split plan it solves for from the profiles: (context, selection, plan, predicted s).
-    `rewrite`: the model rewritten as `korch optimize` rewrites it (OptimizeSettings.rewrites), whose
-    candidates a zoo_bench cache holds; off, the model as given."""
+@dataclass(frozen=True)
+class ZooWork:
+    """A zoo_bench work directory's model, read as `korch optimize` reads it (`load_work`)."""
+
+    settings: OptimizeSettings
+    db: ProfileDB
+    machine: str
+    graph: Graph
+    source: OnnxSource
+    cands: CandidateSet
+
+
+def load_work(work: Path, model: str, threads: int, rewrite: bool = True) -> ZooWork:
+    """`model` fissioned over WORK's profile cache, and its candidates. `rewrite`: the model rewritten
+    as `korch optimize` rewrites it (OptimizeSettings.rewrites), whose candidates a zoo_bench cache
+    holds; off, the model as given."""
     from korch.api import default_backends
-    from korch.frontend.regions import OnnxSource
-    from korch.pipeline import build_options, enumerate_all, profile_pools, run_fission
-    from korch.profile.boundaries import boundary_model
-    from korch.profile.database import ProfileDB, machine_fingerprint
-    from korch.profile.profiler import profile
-    from korch.select.measured import _Context
-    from korch.settings import OptimizeSettings
+    from korch.pipeline import enumerate_all, run_fission
 
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     db = ProfileDB(work / "profile-cache" / "profiles.sqlite")
-    machine = machine_fingerprint()
     fissioned = run_fission(model, cache_dir=db.path.parent, rewrite=rewrite and settings.rewrites, seed=settings.seed,
                             rtol=settings.accuracy.rtol)
     graph = fissioned.graph
-    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
-    cands = enumerate_all(graph, settings)
+    return ZooWork(settings, db, machine_fingerprint(), graph, OnnxSource(fissioned.model, dict(fissioned.value_map or {})),
+                   enumerate_all(graph, settings))
+
+
+def first_split_plan(work: Path, model: str, threads: int, rewrite: bool = True):
+    """Measured selection's context for `model` over WORK's profile cache (profiling whatever it lacks),
+    and the first split plan it solves for from the profiles: (context, selection, plan, predicted s).
+    `rewrite`: see load_work."""
+    from korch.pipeline import build_options, profile_pools
+    from korch.profile.boundaries import boundary_model
+    from korch.profile.profiler import profile
+    from korch.select.measured import _Context
+
+    w = load_work(work, model, threads, rewrite)
+    settings, db, machine, graph, source, cands = w.settings, w.db, w.machine, w.graph, w.source, w.cands
     profiled = profile(graph, profile_pools(graph, cands, settings), db, settings.threads, machine, settings.profile,
                        settings.accuracy, settings.seed, None, source)
     if profiled.measured:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,26 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=7)
     args = p.parse_args(argv)
 
-    from korch.api import default_backends
+    from plan_breakdown import load_work
+
     from korch.backends import CompileOptions, get_backend
     from korch.backends.placement import pinned, placement
-    from korch.frontend.regions import OnnxSource
-    from korch.pipeline import enumerate_all, run_fission
-    from korch.profile.database import ProfileDB, Status, machine_fingerprint
+    from korch.profile.database import Status
     from korch.profile.guided import touched_bytes
     from korch.profile.profiler import Job, _streamed_values, compile_candidate, record_version
     from korch.profile.timing import SETTLE_SECONDS, PlanEviction, measure
-    from korch.settings import OptimizeSettings
     from korch.verify import random_feeds
 
-    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
-    db = ProfileDB(args.work / "profile-cache" / "profiles.sqlite")
-    machine = machine_fingerprint()
-    fissioned = run_fission(args.model, cache_dir=db.path.parent, rewrite=settings.rewrites, seed=settings.seed,
-                            rtol=settings.accuracy.rtol)
-    graph = fissioned.graph
-    source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
-    cands = enumerate_all(graph, settings).all
+    work = load_work(args.work, args.model, args.threads)
+    settings, db, machine, graph, source = work.settings, work.db, work.machine, work.graph, work.source
+    cands = work.cands.all
     rng = random.Random(0)
     jobs: list[Job] = []
     profiled: dict[tuple[str, str], float] = {}

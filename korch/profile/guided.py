@@ -254,9 +254,11 @@ def _confirm(graph: Graph, split: SplitProblem, usable: dict[tuple[str, str], fl
     for pair in pairs:
         want.setdefault(pair[1], []).append(by_pair[pair])
     before = {pair: usable[pair] for pair in pairs}
-    touched = {split.pairs[o.key]: touched_bytes(graph, by_pair[split.pairs[o.key]]) for o in best.chosen}
-    total = sum(touched.values())
-    evict = {pair: min(evict_cap, total - touched[pair]) for pair in pairs} if evict_cap else None
+    evict = None
+    if evict_cap:
+        touched = {split.pairs[o.key]: touched_bytes(graph, by_pair[split.pairs[o.key]]) for o in best.chosen}
+        total = sum(touched.values())
+        evict = {pair: min(evict_cap, total - touched[pair]) for pair in pairs}
     measure(want, retime=pairs, evict=evict)
     confirmed.update(pairs)
     ratios = sorted(usable[p] / before[p] for p in pairs if p in usable and before[p] > 0)

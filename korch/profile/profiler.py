@@ -235,7 +235,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
 
     def sweep_of(job: Job) -> Callable[[], object] | None:
         n = evicting.get((job.candidate.key, job.backend))
-        return sweep if n is None or eviction is None else eviction.sweep(n)
+        return sweep if eviction is None or n is None else eviction.sweep(n)
 
     transient: list[Record] = []
     watching = settings.watch_interval_s is not None and bool(jobs)
@@ -306,7 +306,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
             assert job is ordered[done - 1]
             record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
-                                  sweep_of(job), keep, ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
+                                  sweep_of(job), keep,
+                                  ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
                                   compiled.pop(done - 1, None))
             pair = (job.candidate.key, job.backend)
             if again:
@@ -567,8 +568,9 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
                  compiled: Future[Kernel] | None = None) -> Record:
     """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
     kernel other than the whole model (ProfileSettings.cold_cache, or a retimed kernel's eviction).
-    `saved`: the kernel, compiled ahead (profile/ahead.py), to load instead of compiling. `compiled`: its compile, done in a thread
-    (`_compile_window`): its kernel, or the error it raised, as if compiled here."""
+    `saved`: the kernel, compiled ahead (profile/ahead.py), to load instead of compiling. `compiled`:
+    its compile, done in a thread (`_compile_window`): its kernel, or the error it raised, as if
+    compiled here."""
     backend = get_backend(job.backend)
     cand = job.candidate
     seconds = {} if seconds is None else seconds

@@ -95,7 +95,7 @@ class PlanEviction:
         if max_bytes < 0:
             raise ValueError(f"an eviction sweeps >= 0 bytes, got {max_bytes}")
         self.max_bytes = max_bytes
-        self._map = mmap.mmap(-1, max(max_bytes, CacheSweep.LINE)) if max_bytes else None
+        self._map = mmap.mmap(-1, max_bytes) if max_bytes else None
         self._lines = None if self._map is None else np.frombuffer(self._map, np.uint8)[:: CacheSweep.LINE]
         if self._lines is not None:
             self._lines[:] = 1                 # its pages are mapped now, not during the first timed call
