@@ -204,10 +204,12 @@ def load_work(work: Path, model: str, threads: int, rewrite: bool = True) -> Zoo
 
 def first_split_plan(work: Path, model: str, threads: int, rewrite: bool = True):
     """Measured selection's context for `model` over WORK's profile cache (profiling whatever it lacks),
-    and the first split plan it solves for from the profiles: (context, selection, plan, predicted s).
+    and the first split plan it solves for from the profiles, its kernels priced with their refills
+    as optimize prices them: (context, selection, plan, predicted s).
     `rewrite`: see load_work."""
     from korch.pipeline import build_options, profile_pools
     from korch.profile.boundaries import boundary_model
+    from korch.profile.guided import load_refills
     from korch.profile.profiler import profile
     from korch.select.measured import _Context
 
@@ -217,7 +219,8 @@ def first_split_plan(work: Path, model: str, threads: int, rewrite: bool = True)
                        settings.accuracy, settings.seed, None, source)
     if profiled.measured:
         print(f"warning: {profiled.measured} candidates were not in the cache and were profiled now", file=sys.stderr)
-    options, steps = build_options(graph, cands, profiled, settings)
+    refills = load_refills(graph, dict.fromkeys(settings.backends, cands.all), db, settings, machine)
+    options, steps = build_options(graph, cands, profiled, settings, refills)
     boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
                                 settings.profile.cold_cache)
     ctx = _Context(graph, options, steps, source, settings, machine, boundaries, None)

@@ -29,7 +29,15 @@ from korch.plan.buckets import Bucket, BucketedPlan, declared
 from korch.plan.store import keep_compiled, keep_kernels
 from korch.profile.boundaries import BoundaryModel, boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
-from korch.profile.guided import GuideStats, candidate_option, guided_profile, profile_last, profiled_last
+from korch.profile.guided import (
+    GuideStats,
+    Refills,
+    candidate_option,
+    guided_profile,
+    load_refills,
+    profile_last,
+    profiled_last,
+)
 from korch.profile.profiler import ProfileOutcome, Progress, accepted
 from korch.profile.prune import worth_profiling
 from korch.profile.reference_values import ReferenceValues
@@ -272,17 +280,21 @@ def candidate_universe(cands: CandidateSet, settings: OptimizeSettings) -> dict[
 
 
 def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
-                  settings: OptimizeSettings) -> tuple[list[Option], dict[str, Step]]:
-    """One BLP option per (candidate, backend) whose kernel was accepted, and the plan step it becomes."""
+                  settings: OptimizeSettings, refills: Refills | None = None) -> tuple[list[Option], dict[str, Step]]:
+    """One BLP option per (candidate, backend) whose kernel was accepted, and the plan step it becomes:
+    a split kernel at its cost inside a plan where `refills` are known (guided.Refills.price), a
+    whole model at its profile (it runs alone)."""
     options: list[Option] = []
     steps: dict[str, Step] = {}
+    whole = len(graph.nodes)
     for c in cands.all:
         for name in settings.backends:
             r = profiled.records.get((c.key, name))
             if r is None or not accepted(r, profiled.tolerance):
                 continue
             assert r.median_s is not None
-            opt = candidate_option(c, name, r.median_s, len(options))
+            cost = r.median_s if refills is None or c.size == whole else refills.price((c.key, name), r.median_s)
+            opt = candidate_option(c, name, cost, len(options))
             options.append(opt)
             onnx_nodes = c.onnx_nodes if get_backend(name).accepts_onnx else ()
             steps[opt.key] = Step(name, c.nodes, c.inputs, c.outputs, c.key, r.median_s, onnx_nodes)
@@ -345,7 +357,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                                 first, db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start,
                                 reference)
     profile_seconds = time.perf_counter() - t0
-    options, steps = build_options(graph, cands, profiled, settings)
+    refills = load_refills(graph, dict.fromkeys(settings.backends, cands.all), db, settings, machine)
+    options, steps = build_options(graph, cands, profiled, settings, refills)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()
     checker = plan_checker(graph, onnx_source, settings, fissioned.original)

@@ -146,6 +146,15 @@ class ProfileSettings:
     # 45 ms here; its buffer is mapped only while timing again).
     guide_confirm_evict: float | None = 1.33
     guide_confirm_evict_max_bytes: int = 1 << 30
+    # Every other split kernel is priced at its profile plus its refill (profile/refill.py): the
+    # median refill (after the same sweep - back to back) of the `refill_neighbours` kernels of its
+    # backend nearest in bytes touched and evicted, among those the profile database holds for this
+    # machine and threads. Until it holds `guide_refill_sample` of a guided backend, that many of the
+    # random kernels the loop measured first are timed again after the sweep (spread over the bytes
+    # they touch; 7 calls after a 640 MiB sweep of 45 ms each: about 0.3 s a kernel). Needs
+    # guide_confirm_evict (None: no refill, kernels priced at their back-to-back profiles).
+    guide_refill_sample: int = 8
+    refill_neighbours: int = 5
     # A guided backend's predictions are rescaled to the machine's speed now by its whole model:
     # measured / predicted (profile/guided.py: _whole_scale). A backend without an accepted whole model,
     # or with this off, measures `guide_sample` random kernels first and takes the median of theirs.

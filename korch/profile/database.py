@@ -35,6 +35,9 @@ All three are added to older files on open; a vector of another version is not r
 A third table keeps the machine's kernel-boundary calibration (korch/profile/boundaries.py): per
 threads, engine versions and (producer, consumer, layout), the fixed and per-byte cost of a tensor
 crossing from one kernel to the next. It is made once per machine and added to older files on open.
+And `refills` (korch/profile/refill.py): kernels timed back to back and after a sweep of what a plan's
+other kernels touch, keyed as a record is, with the bytes each touched and the sweep evicted; what a
+split kernel not timed so is charged over its profile. Added to older files on open.
 
 The file is the user's: a file that is not a korch profile database, is corrupt, or was written by a
 newer korch is reported as a ProfileDBError and left byte for byte as it was, never repaired.
@@ -58,6 +61,7 @@ from typing import Any, NamedTuple
 
 from korch.errors import ExitCode, KorchError
 from korch.profile.boundaries import Line
+from korch.profile.refill import RefillSample
 from korch.profile.timing import Timing
 
 log = logging.getLogger("korch.profile")
@@ -127,6 +131,21 @@ CREATE TABLE IF NOT EXISTS sightings (
     PRIMARY KEY (candidate_key, model)
 ) WITHOUT ROWID;
 """
+_REFILLS = """
+CREATE TABLE IF NOT EXISTS refills (
+    candidate_key TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    backend_version TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    machine TEXT NOT NULL,
+    touched_bytes INTEGER NOT NULL,
+    evict_bytes INTEGER NOT NULL,
+    hot_s REAL NOT NULL,
+    evicted_s REAL NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (candidate_key, backend, backend_version, threads, machine)
+) WITHOUT ROWID;
+"""
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
 _COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT"),
                                   ("checked", "TEXT"), ("schedule", "TEXT")),
@@ -156,6 +175,7 @@ CREATE TABLE IF NOT EXISTS profiles (
 {_FEATURES}
 {_SIGHTINGS}
 {_GUIDED}
+{_REFILLS}
 """
 
 
@@ -471,6 +491,30 @@ class ProfileDB:
         self._write_many("INSERT OR REPLACE INTO guided (problem_key, created_at) VALUES (?, ?)",
                          [(problem_key, time.time())])
 
+    def put_refills(self, samples: Iterable[RefillSample], backend_version: Mapping[str, str], threads: int,
+                    machine: str) -> None:
+        """Store kernels timed back to back and after a sweep (korch/profile/refill.py), each under its
+        backend's record version (`backend_version`: backend -> version)."""
+        now = time.time()
+        self._write_many("INSERT OR REPLACE INTO refills (candidate_key, backend, backend_version, threads, machine, "
+                         "touched_bytes, evict_bytes, hot_s, evicted_s, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         [(s.candidate_key, s.backend, backend_version[s.backend], threads, machine, s.touched_bytes,
+                           s.evict_bytes, s.hot_s, s.evicted_s, now) for s in samples])
+
+    def refills(self, backend: str, backend_version: str, threads: int, machine: str) -> list[RefillSample]:
+        """The refill samples of `backend` at this version, threads and machine, oldest first (a row
+        that does not make a sample is skipped with a warning)."""
+        rows = self._query("SELECT candidate_key, touched_bytes, evict_bytes, hot_s, evicted_s FROM refills WHERE "
+                           "backend = ? AND backend_version = ? AND threads = ? AND machine = ? ORDER BY created_at",
+                           (backend, backend_version, threads, machine))
+        out = []
+        for key, touched, evict, hot, evicted in rows:
+            try:
+                out.append(RefillSample(key, backend, int(touched), int(evict), float(hot), float(evicted)))
+            except (TypeError, ValueError) as e:
+                log.warning("%s: unreadable refill sample for %s (%s); skipped", self.path, str(key)[:12], e)
+        return out
+
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM profiles", ())[0][0])
 
@@ -596,7 +640,7 @@ def _open_once(path: Path) -> sqlite3.Connection:
 
 
 def _add_new_columns(conn: sqlite3.Connection) -> None:
-    for table in (_SELECTIONS, _BOUNDARIES, _FEATURES, _SIGHTINGS, _GUIDED):
+    for table in (_SELECTIONS, _BOUNDARIES, _FEATURES, _SIGHTINGS, _GUIDED, _REFILLS):
         conn.execute(table)
     for table, columns in _COLUMNS_ADDED.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}

@@ -40,6 +40,13 @@ this machine's profiles, or, before it has learned, its roofline prior alone: `g
    spent. Each kernel is timed again once per optimize, and as it runs in that plan: each call after
    a sweep of what the plan's other kernels touch (`guide_confirm_evict`; back to back, a kernel
    keeps its working set in a large last-level cache that the rest of its plan evicts).
+6. Every split kernel is priced as it runs in a plan (`Refills`, korch/profile/refill.py): one timed
+   after such a sweep at that time, any other at its profile (or predicted time) plus the median
+   refill of the nearest kernels of its backend timed both ways. Until the profile database holds
+   `guide_refill_sample` of a backend, that many of the random kernels measured first are timed again
+   after the sweep each would find in this model's plans (`_sample_refills`); the kernels step 5 times
+   again add theirs. Back-to-back profiles priced split plans 5-11% under what they ran at, and the
+   loop measured kernels for plans that could not win.
 
 A guided backend chooses from every candidate it could run: Inductor's budget of fused candidates
 does not apply to it when it is guided (`ProfileSettings.guided_backends`; not by default, because
@@ -57,7 +64,7 @@ import logging
 import math
 import random
 import statistics
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -70,7 +77,7 @@ from korch.costmodel.features import FEATURES_VERSION, Features
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
-from korch.profile.database import ProfileDB, Record, Rejection
+from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.profiler import (
     KeepKernel,
     ProfileOutcome,
@@ -82,6 +89,7 @@ from korch.profile.profiler import (
 )
 from korch.profile.prune import best_times, floor_seconds, single_times
 from korch.profile.reference_values import ReferenceValues
+from korch.profile.refill import RefillModel, RefillSample
 from korch.profile.timing import last_level_cache_bytes
 from korch.select.blp import (
     DEFAULT_TIME_LIMIT_S,
@@ -93,7 +101,7 @@ from korch.select.blp import (
     StartCost,
     formulate,
 )
-from korch.settings import OptimizeSettings
+from korch.settings import OptimizeSettings, ProfileSettings
 from korch.version import code_version
 
 log = logging.getLogger("korch.profile")
@@ -200,7 +208,12 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                  ", ".join(f"{name} {optimism[name]:.2f} ({expectation[name]:.2f})" for name in sorted(optimism)))
     optimistic, expected = _bounds(pending, predicted, scale, optimism, expectation)
 
-    split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s)
+    refills = load_refills(graph, pools, db, settings, machine)
+    if refills is not None:
+        sampled = _sample_refills(refills, usable, records, pools, db, measure, ps.guide_refill_sample)
+        log.info("guided profiling: split kernels priced as they run in a plan%s: %s",
+                 f" ({sampled} kernel(s) timed again after a sweep)" if sampled else "", refills.summary())
+    split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s, refills)
     bar = _bar(pools, usable, whole, settings)
 
     def until_stable(max_rounds: int) -> tuple[int, bool]:
@@ -210,10 +223,8 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
 
     rounds, stable = until_stable(ps.guide_rounds)
     confirmed: set[tuple[str, str]] = set()
-    evict_cap = 0 if ps.guide_confirm_evict is None else \
-        min(int(ps.guide_confirm_evict * last_level_cache_bytes()), ps.guide_confirm_evict_max_bytes)
     for _ in range(ps.guide_confirm_rounds if stable else 0):
-        again = _confirm(graph, split, usable, pools, bar, confirmed, measure, evict_cap)
+        again = _confirm(graph, split, usable, pools, bar, confirmed, measure, evict_cap(ps))
         if not again:
             break
         more, stable = until_stable(max(ps.guide_rounds - rounds, 1))
@@ -254,6 +265,7 @@ def _confirm(graph: Graph, split: SplitProblem, usable: dict[tuple[str, str], fl
     for pair in pairs:
         want.setdefault(pair[1], []).append(by_pair[pair])
     before = {pair: usable[pair] for pair in pairs}
+    priced = {pair: split.price(pair, usable[pair]) for pair in pairs}
     evict = None
     if evict_cap:
         touched = {split.pairs[o.key]: touched_bytes(graph, by_pair[split.pairs[o.key]]) for o in best.chosen}
@@ -261,16 +273,58 @@ def _confirm(graph: Graph, split: SplitProblem, usable: dict[tuple[str, str], fl
         evict = {pair: min(evict_cap, total - touched[pair]) for pair in pairs}
     measure(want, retime=pairs, evict=evict)
     confirmed.update(pairs)
-    ratios = sorted(usable[p] / before[p] for p in pairs if p in usable and before[p] > 0)
+    if evict and split.refills is not None:      # (a retime that failed kept its first record: no sample)
+        split.refills.add([RefillSample(p[0], p[1], touched[p], evict[p], before[p], usable[p]) for p in pairs
+                           if evict[p] > 0 and usable.get(p, before[p]) != before[p]])
+    ratios = sorted(usable[p] / priced[p] for p in pairs if p in usable and priced[p] > 0)
     again = split.solve(usable, {}, {})
-    log.info("guided profiling: the best split plan's %d kernel(s) timed again%s, a median %.3fx their first "
-             "profiles (%.3f-%.3f); the plan %.3f -> %.3f ms at its kernels' new times, the best split plan "
+    log.info("guided profiling: the best split plan's %d kernel(s) timed again%s, a median %.3fx what they were "
+             "priced at (%.3f-%.3f); the plan %.3f -> %.3f ms at its kernels' new times, the best split plan "
              "now %.3f ms", len(pairs),
              f" after sweeps of up to {max(evict.values()) / 2**20:.0f} MiB (what the plan's other kernels touch)"
              if evict else "", statistics.median(ratios) if ratios else math.nan,
              ratios[0] if ratios else math.nan, ratios[-1] if ratios else math.nan, best.cost * 1e3,
-             (best.cost + sum(usable.get(p, math.inf) - before[p] for p in pairs)) * 1e3, again.cost * 1e3)
+             (best.cost + sum(usable.get(p, math.inf) - priced[p] for p in pairs)) * 1e3, again.cost * 1e3)
     return len(pairs)
+
+
+def _sample_refills(refills: Refills, usable: dict[tuple[str, str], float], records: dict[tuple[str, str], Record],
+                    pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, measure: Callable[..., None],
+                    size: int) -> int:
+    """Until the database holds `size` refill samples of each backend of `refills`, time kernels
+    measured already (the random ones measured first) again after the sweep each finds in this
+    model's plans, spread over the bytes they touch, and add them as samples; their records stay their
+    back-to-back profiles. Returns how many were timed again."""
+    by_pair = {(c.key, name): c for name, candidates in pools.items() for c in candidates}
+    picked: list[tuple[str, str]] = []
+    for name in sorted({name for _, name in refills.kernels}):
+        need = size - refills.model.count(name)
+        have = sorted((refills.kernels[p][0], p) for p in usable
+                      if p[1] == name and p in refills.kernels and refills.kernels[p][1] > 0 and p not in refills.in_plan)
+        if need <= 0 or not have:
+            continue
+        if len(have) > need:
+            have = [have[round(k * (len(have) - 1) / max(need - 1, 1))] for k in range(need)] if need > 1 else \
+                [have[len(have) // 2]]
+        picked.extend(dict.fromkeys(p for _, p in have))
+    if not picked:
+        return 0
+    firsts = {p: records[p] for p in picked}
+    before = {p: usable[p] for p in picked}
+    want: dict[str, list[Candidate]] = {}
+    for p in picked:
+        want.setdefault(p[1], []).append(by_pair[p])
+    measure(want, retime=picked, evict={p: refills.kernels[p][1] for p in picked})
+    samples = []
+    for p in picked:
+        new = records.get(p)
+        if new is not None and new.status is Status.OK and new.median_s and new.created_at != firsts[p].created_at:
+            samples.append(RefillSample(p[0], p[1], *refills.kernels[p], before[p], new.median_s))
+    db.put_many(list(firsts.values()))           # each kernel's record: its profile back to back
+    records.update(firsts)
+    usable.update(before)
+    refills.add(samples)
+    return len(picked)
 
 
 def profiled_last(settings: OptimizeSettings) -> tuple[str, ...]:
@@ -462,8 +516,10 @@ class SplitProblem:
     no split plan at all raises SelectionError there."""
 
     def __init__(self, graph: Graph, pools: Mapping[str, Sequence[Candidate]], boundary: BoundaryFn | None = None,
-                 start: StartCost | None = None, time_limit: float = DEFAULT_TIME_LIMIT_S) -> None:
+                 start: StartCost | None = None, time_limit: float = DEFAULT_TIME_LIMIT_S,
+                 refills: Refills | None = None) -> None:
         self._graph, self._boundary, self._start, self.time_limit = graph, boundary, start, time_limit
+        self.refills = refills         # each kernel priced as it runs in a plan (None: at its profile)
         whole = len(graph.nodes)
         self._options: list[Option] = []
         self.pairs: dict[str, tuple[str, str]] = {}        # option key -> (candidate key, backend)
@@ -481,15 +537,21 @@ class SplitProblem:
 
     def prices(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
                optimistic: Mapping[tuple[str, str], float]) -> dict[str, float]:
-        """Option key -> cost: a measured pair's time (`costs`), else a pending pair's optimistic cost."""
+        """Option key -> cost: a measured pair's time (`costs`), else a pending pair's optimistic cost;
+        either as it runs in a plan where `refills` are known (Refills.price)."""
         prices = {}
+        refills = self.refills
         for key, pair in self.pairs.items():
             cost = costs.get(pair)
             if cost is None and pair in pending:
                 cost = optimistic.get(pair)
             if cost is not None:
-                prices[key] = cost
+                prices[key] = cost if refills is None else refills.price(pair, cost)
         return prices
+
+    def price(self, pair: tuple[str, str], cost: float) -> float:
+        """What a kernel of `cost` seconds profiled costs in this problem's plans (Refills.price)."""
+        return cost if self.refills is None else self.refills.price(pair, cost)
 
     def relax(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
               optimistic: Mapping[tuple[str, str], float], expected: Mapping[tuple[str, str], float] | None = None,
@@ -639,12 +701,95 @@ def _profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: Profile
 def touched_bytes(graph: Graph, candidate: Candidate) -> int:
     """The bytes a kernel of `candidate` reads or writes at least once: its inputs, the constants its
     primitives read, and every value they compute (an engine reusing buffers touches less, never more)."""
-    values = set(candidate.inputs)
-    for i in candidate.nodes:
+    return _touched(graph, candidate.inputs, candidate.nodes)
+
+
+def _touched(graph: Graph, inputs: Iterable[str], nodes: Iterable[int]) -> int:
+    values = set(inputs)
+    for i in nodes:
         node = graph.nodes[i]
         values.update(node.inputs)
         values.add(node.output)
     return sum(t.nbytes for t in (graph.types.get(v) for v in values) if t is not None and t.is_static)
+
+
+def evict_cap(settings: ProfileSettings) -> int:
+    """The most a sweep before a kernel's in-plan timing reads (ProfileSettings.guide_confirm_evict x
+    the last-level cache, at most guide_confirm_evict_max_bytes); 0 with eviction off."""
+    if settings.guide_confirm_evict is None:
+        return 0
+    return min(int(settings.guide_confirm_evict * last_level_cache_bytes()), settings.guide_confirm_evict_max_bytes)
+
+
+class Refills:
+    """The split kernels of one model priced as they run inside its plans (korch/profile/refill.py): a
+    kernel timed after a sweep of about what it finds evicted here at that time, any other at its
+    profile plus its backend's expected refill. Each kernel's sweep is what the rest of the model
+    touches, at most `cap` (evict_cap); the samples are the profile database's for this machine and
+    threads, each backend's under its record version (`versions`), and those `add`ed (stored)."""
+
+    def __init__(self, graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB,
+                 versions: Mapping[str, str], threads: int, machine: str, cap: int, neighbours: int) -> None:
+        self._db, self._versions, self._threads, self._machine = db, dict(versions), threads, machine
+        self._neighbours = neighbours
+        whole = len(graph.nodes)
+        total = _touched(graph, graph.inputs, range(whole))
+        touched: dict[str, int] = {}
+        self.kernels: dict[tuple[str, str], tuple[int, int]] = {}    # pair -> (touched, evicted) bytes
+        for name, candidates in pools.items():
+            for c in candidates:
+                if c.size != whole:
+                    if c.key not in touched:
+                        touched[c.key] = touched_bytes(graph, c)
+                    t = touched[c.key]
+                    self.kernels[(c.key, name)] = (t, min(cap, max(total - t, 0)) if cap else 0)
+        self.samples: list[RefillSample] = [s for name in self._versions
+                                            for s in db.refills(name, self._versions[name], threads, machine)]
+        self._price()
+
+    def _price(self) -> None:
+        self.model = RefillModel.of(self.samples, self._neighbours)
+        self.extra = self.model.refills(self.kernels)     # 0 for a kernel sampled (its time after the sweep below)
+        latest = {(s.candidate_key, s.backend): s for s in self.samples}
+        self.in_plan: dict[tuple[str, str], float] = {}
+        for pair, (_, evict) in self.kernels.items():
+            s = latest.get(pair)
+            if s is None:
+                continue
+            if evict and abs(math.log2(s.evict_bytes + 1) - math.log2(evict + 1)) <= 1:
+                self.in_plan[pair] = s.evicted_s
+            else:       # sampled in another model, after a sweep far from this one's: like any other kernel
+                self.extra[pair] = self.model.predict(pair[1], *self.kernels[pair])
+
+    def add(self, samples: Sequence[RefillSample]) -> None:
+        """Take in and store kernels timed both ways, and price every kernel again."""
+        if not samples:
+            return
+        self._db.put_refills(samples, self._versions, self._threads, self._machine)
+        self.samples.extend(samples)
+        self._price()
+
+    def price(self, pair: tuple[str, str], profiled: float) -> float:
+        """A split kernel of `profiled` seconds back to back, as it runs in a plan."""
+        at = self.in_plan.get(pair)
+        return at if at is not None else profiled + self.extra.get(pair, 0.0)
+
+    def summary(self) -> str:
+        charged = [v * 1e3 for v in self.extra.values() if v > 0]
+        counts = ", ".join(f"{name} {self.model.count(name)}" for name in sorted(self._versions))
+        return (f"refill samples {counts}; {len(charged)} of {len(self.kernels)} split kernel(s) charged "
+                f"{statistics.median(charged) if charged else 0.0:.3f} ms median over their profiles")
+
+
+def load_refills(graph: Graph, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
+                 machine: str) -> Refills | None:
+    """`pools`' split kernels priced with their refills, or None with eviction off (guide_confirm_evict)."""
+    ps = settings.profile
+    cap = evict_cap(ps)
+    if not cap:
+        return None
+    versions = {name: record_version(get_backend(name), ps) for name in pools}
+    return Refills(graph, pools, db, versions, settings.threads, machine, cap, ps.refill_neighbours)
 
 
 def _refuse_illegal(graph: Graph, pending: dict[tuple[str, str], Candidate], records: dict[tuple[str, str], Record],
