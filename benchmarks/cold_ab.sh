@@ -13,7 +13,7 @@ rm -rf "$out"; mkdir -p "$out"
 cp -r "$source/zoo" "$out/"
 cp "$source/profiles.sqlite" "$out/"
 sqlite3 "$out/profiles.sqlite" "delete from profiles; delete from selections; delete from guided; \
-    delete from features; delete from sightings; vacuum;"
+    delete from features; delete from sightings; drop table if exists refills; vacuum;"
 export TORCHINDUCTOR_CACHE_DIR="$out/inductor-cache"
 cd /tmp && PYTHONPATH="$snap" /usr/bin/time -v python -m korch -v optimize "$model" --threads "$threads" \
     --cache "$out" -o "$out/plan" > "$out/log" 2>&1

@@ -219,10 +219,11 @@ def first_split_plan(work: Path, model: str, threads: int, rewrite: bool = True)
                        settings.accuracy, settings.seed, None, source)
     if profiled.measured:
         print(f"warning: {profiled.measured} candidates were not in the cache and were profiled now", file=sys.stderr)
-    refills = load_refills(graph, dict.fromkeys(settings.backends, cands.all), db, settings, machine)
-    options, steps = build_options(graph, cands, profiled, settings, refills)
     boundaries = boundary_model(db, settings.backends, settings.threads, machine, settings.calibration,
                                 settings.profile.cold_cache)
+    refills = load_refills(graph, profiled.kernels_of(cands.all, settings.backends), db, settings, machine,
+                           boundaries.start)
+    options, steps = build_options(graph, cands, profiled, settings, refills)
     ctx = _Context(graph, options, steps, source, settings, machine, boundaries, None)
     selection = ctx.solve(ctx.split_options)
     plan, predicted = ctx.plan(selection)

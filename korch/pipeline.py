@@ -357,7 +357,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                                 first, db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start,
                                 reference)
     profile_seconds = time.perf_counter() - t0
-    refills = load_refills(graph, dict.fromkeys(settings.backends, cands.all), db, settings, machine)
+    refills = load_refills(graph, profiled.kernels_of(cands.all, settings.backends), db, settings, machine,
+                           boundaries.start)
     options, steps = build_options(graph, cands, profiled, settings, refills)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0 = time.perf_counter()

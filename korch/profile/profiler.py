@@ -106,6 +106,13 @@ class ProfileOutcome:
                               self.retimed + more.retimed, slowest, self.ahead + more.ahead)
 
 
+    def kernels_of(self, candidates: Iterable[Candidate], backends: Iterable[str]) -> dict[str, list[Candidate]]:
+        """Backend -> those of `candidates` it has an accepted kernel of: what a plan can be made of."""
+        cands = list(candidates)
+        return {name: [c for c in cands if (r := self.records.get((c.key, name))) is not None
+                       and accepted(r, self.tolerance)] for name in backends}
+
+
 def accepted(record: Record, tolerance: float) -> bool:
     """A kernel usable in a plan: timed, and within `tolerance` of the reference."""
     return record.status is Status.OK and (record.error is None or record.error <= tolerance)

@@ -217,3 +217,87 @@ def test_the_best_plans_kernels_timed_again_become_refill_samples(tmp_path: Path
         assert all(stored[p[0]].hot_s == before[p] and stored[p[0]].refill_s == pytest.approx(0.3e-3) for p in first)
         others = [p for p in usable if p not in first]
         assert all(split.price(p, usable[p]) == pytest.approx(usable[p] + 0.3e-3) for p in others)
+
+
+def test_a_kernel_whose_record_is_its_in_plan_time_keeps_its_back_to_back_time_when_timed_again(
+        tmp_path: Path) -> None:
+    """A best plan's kernel timed again in an earlier optimize has its time after a sweep as its
+    record; timed again now, its sample's back-to-back time is the earlier sample's, not that record."""
+    graph, pools = _conv_problem()
+    whole = len(graph.nodes)
+    only = {"onnxruntime": list({c.key: c for c in pools["onnxruntime"] if c.size < whole}.values())}
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        refills = Refills(graph, only, db, {"onnxruntime": "v"}, 2, "m", cap=1 << 40, neighbours=3)
+        usable = {(c.key, "onnxruntime"): 1e-3 for c in only["onnxruntime"]}
+        split = SplitProblem(graph, only, refills=refills)
+        chosen = {split.pairs[o.key] for o in split.solve(usable, {}, {}).chosen}
+        refills.add([RefillSample(k, b, *refills.kernels[(k, b)], 0.6e-3, 1e-3) for k, b in chosen])
+        assert all(refills.hot(p, 1e-3) == pytest.approx(0.6e-3) for p in chosen)
+
+        def measure(want, retime=(), evict=None) -> None:
+            for name, cs in want.items():
+                for c in cs:
+                    usable[(c.key, name)] = 1.1e-3
+
+        _confirm(graph, split, usable, only, None, set(), measure, evict_cap=1 << 40)
+        stored = {s.candidate_key: s for s in db.refills("onnxruntime", "v", 2, "m")}
+        timed = [p for p in chosen if usable[p] == 1.1e-3]
+        assert timed and all(stored[p[0]].hot_s == pytest.approx(0.6e-3) and stored[p[0]].evicted_s == 1.1e-3
+                             for p in timed)
+
+
+def test_measured_selection_is_offered_split_kernels_at_their_in_plan_price_and_whole_models_at_their_profile(
+        tmp_path: Path) -> None:
+    from korch.pipeline import build_options, enumerate_all
+    from korch.profile.profiler import ProfileOutcome
+
+    graph, _ = _conv_problem()
+    settings = replace(OptimizeSettings(threads=2), backends=("onnxruntime",))
+    cands = enumerate_all(graph, settings)
+    records = {(c.key, "onnxruntime"): _record(c.key, "onnxruntime", 1e-3 * c.size) for c in cands.all}
+    profiled = ProfileOutcome(records, 0, len(records), 1e-3, None)
+    ok = profiled.kernels_of(cands.all, ["onnxruntime", "openvino"])
+    assert ok["openvino"] == [] and {c.key for c in ok["onnxruntime"]} == {c.key for c in cands.all}
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        refills = Refills(graph, ok, db, {"onnxruntime": "v"}, 2, "m", cap=1 << 40, neighbours=3)
+        refills.add([RefillSample("elsewhere", "onnxruntime", 1 << 10, 1 << 20, 1e-3, 1.25e-3)])
+        plain, _ = build_options(graph, cands, profiled, settings)
+        priced, steps = build_options(graph, cands, profiled, settings, refills)
+    whole = len(graph.nodes)
+    for a, b in zip(plain, priced):
+        assert a.key == b.key
+        size = len(a.nodes)
+        assert b.cost == pytest.approx(a.cost if size == whole else a.cost + 0.25e-3)
+        assert steps[b.key].cost_s == pytest.approx(1e-3 * size)          # the step keeps its profile
+
+
+def test_no_refill_is_priced_with_eviction_off(tmp_path: Path) -> None:
+    from korch.profile.guided import evict_cap, load_refills
+
+    graph, pools = _conv_problem()
+    settings = OptimizeSettings(threads=2)
+    off = replace(settings, profile=replace(settings.profile, guide_confirm_evict=None))
+    assert evict_cap(off.profile) == 0 and evict_cap(settings.profile) > 0
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        assert load_refills(graph, pools, db, off, "m") is None
+        on = load_refills(graph, {"onnxruntime": pools["onnxruntime"]}, db, settings, "m")
+        assert on is not None and max(e for _, e in on.kernels.values()) <= evict_cap(settings.profile)
+
+
+def test_a_kernel_is_charged_only_the_refill_beyond_the_start_the_blp_charges_apart(tmp_path: Path) -> None:
+    graph, pools = _conv_problem()
+    whole = len(graph.nodes)
+    only = {"onnxruntime": list({c.key: c for c in pools["onnxruntime"] if c.size < whole}.values())}
+    sampled, other = only["onnxruntime"][0], only["onnxruntime"][1]
+    starts = {"onnxruntime": 0.1e-3}
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        refills = Refills(graph, only, db, {"onnxruntime": "v"}, 2, "m", cap=1 << 40, neighbours=3,
+                          start=starts.__getitem__)
+        t, e = refills.kernels[(sampled.key, "onnxruntime")]
+        refills.add([RefillSample(sampled.key, "onnxruntime", t, e, 1e-3, 1.4e-3)])
+        assert refills.price((other.key, "onnxruntime"), 2e-3) == pytest.approx(2.3e-3)     # 2 + (0.4 - 0.1)
+        assert refills.price((sampled.key, "onnxruntime"), 1.4e-3) == pytest.approx(1.3e-3)  # 1.4 - 0.1
+        small = Refills(graph, only, db, {"onnxruntime": "v"}, 2, "m", cap=1 << 40, neighbours=3,
+                        start=lambda backend: 1e-3)          # a refill under the start: nothing more, never less
+        assert small.price((other.key, "onnxruntime"), 2e-3) == 2e-3
+        assert small.price((sampled.key, "onnxruntime"), 1.4e-3) == pytest.approx(1e-3)       # its time back to back
