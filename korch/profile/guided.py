@@ -261,9 +261,7 @@ def _confirm(graph: Graph, split: SplitProblem, usable: dict[tuple[str, str], fl
     if not pairs:
         return 0
     by_pair = {(c.key, name): c for name, candidates in pools.items() for c in candidates}
-    want: dict[str, list[Candidate]] = {}
-    for pair in pairs:
-        want.setdefault(pair[1], []).append(by_pair[pair])
+    want = _wanted(by_pair, pairs)
     before = {pair: usable[pair] for pair in pairs}
     priced = {pair: split.price(pair, usable[pair]) for pair in pairs}
     hot = {pair: before[pair] if split.refills is None else split.refills.hot(pair, before[pair]) for pair in pairs}
@@ -296,7 +294,6 @@ def _sample_refills(refills: Refills, usable: dict[tuple[str, str], float], reco
     measured already (the random ones measured first) again after the sweep each finds in this
     model's plans, spread over the bytes they touch, and add them as samples; their records stay their
     back-to-back profiles. Returns how many were timed again."""
-    by_pair = {(c.key, name): c for name, candidates in pools.items() for c in candidates}
     picked: list[tuple[str, str]] = []
     for name in sorted({name for _, name in refills.kernels}):
         need = size - refills.model.count(name)
@@ -312,10 +309,8 @@ def _sample_refills(refills: Refills, usable: dict[tuple[str, str], float], reco
         return 0
     firsts = {p: records[p] for p in picked}
     before = {p: usable[p] for p in picked}
-    want: dict[str, list[Candidate]] = {}
-    for p in picked:
-        want.setdefault(p[1], []).append(by_pair[p])
-    measure(want, retime=picked, evict={p: refills.kernels[p][1] for p in picked})
+    by_pair = {(c.key, name): c for name, candidates in pools.items() for c in candidates}
+    measure(_wanted(by_pair, picked), retime=picked, evict={p: refills.kernels[p][1] for p in picked})
     samples = []
     for p in picked:
         new = records.get(p)
@@ -326,6 +321,15 @@ def _sample_refills(refills: Refills, usable: dict[tuple[str, str], float], reco
     usable.update(before)
     refills.add(samples)
     return len(picked)
+
+
+def _wanted(by_pair: Mapping[tuple[str, str], Candidate], pairs: Iterable[tuple[str, str]]
+            ) -> dict[str, list[Candidate]]:
+    """Backend -> the candidates of `pairs` ((candidate key, backend)), as `measure` takes them."""
+    want: dict[str, list[Candidate]] = {}
+    for pair in pairs:
+        want.setdefault(pair[1], []).append(by_pair[pair])
+    return want
 
 
 def profiled_last(settings: OptimizeSettings) -> tuple[str, ...]:
@@ -760,18 +764,14 @@ class Refills:
     def _price(self) -> None:
         self.model = RefillModel.of(self.samples, self._neighbours)
         starts = {name: self._start(name) for name in {name for _, name in self.kernels}}
-        # 0 for a kernel sampled (its own time after the sweep, below); the start is charged apart
+        # the start is charged apart
         self.extra = {pair: max(0.0, r - starts[pair[1]]) for pair, r in self.model.refills(self.kernels).items()}
         self._latest = latest = {(s.candidate_key, s.backend): s for s in self.samples}
-        self.in_plan: dict[tuple[str, str], float] = {}
+        self.in_plan: dict[tuple[str, str], float] = {}     # a kernel sampled: its own time after the sweep
         for pair, (_, evict) in self.kernels.items():
-            s = latest.get(pair)
-            if s is None:
-                continue
-            if evict and abs(math.log2(s.evict_bytes + 1) - math.log2(evict + 1)) <= 1:
+            s = latest.get(pair)     # (one sampled in another model, after a sweep far from this one's: predicted)
+            if s is not None and evict and abs(math.log2(s.evict_bytes + 1) - math.log2(evict + 1)) <= 1:
                 self.in_plan[pair] = max(s.hot_s, s.evicted_s - starts[pair[1]])
-            else:       # sampled in another model, after a sweep far from this one's: like any other kernel
-                self.extra[pair] = max(0.0, self.model.predict(pair[1], *self.kernels[pair]) - starts[pair[1]])
 
     def add(self, samples: Sequence[RefillSample]) -> None:
         """Take in and store kernels timed both ways, and price every kernel again."""

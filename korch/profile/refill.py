@@ -72,10 +72,6 @@ class RefillModel:
     def count(self, backend: str) -> int:
         return len(self.samples.get(backend, ()))
 
-    def timed_in_plan(self, candidate_key: str, backend: str) -> bool:
-        """Whether this kernel's record is its time after a sweep (a sample's `evicted_s`): priced as it is."""
-        return any(s.candidate_key == candidate_key for s in self.samples.get(backend, ()))
-
     @cached_property
     def _arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per backend: log2 touched, log2 evicted, refill of its samples."""
@@ -97,15 +93,10 @@ class RefillModel:
 
     def refills(self, kernels: Mapping[tuple[str, str], tuple[int, int]]) -> dict[tuple[str, str], float]:
         """(candidate key, backend) -> expected refill, for kernels given as (touched bytes, bytes the
-        rest of a plan evicts); 0 for those timed in a plan already. Each backend's samples are sorted
-        once per distinct (touched, evict)."""
-        keys = {name: {s.candidate_key for s in own} for name, own in self.samples.items()}
+        rest of a plan evicts); each distinct (backend, touched, evict) predicted once."""
         memo: dict[tuple[str, int, int], float] = {}
         out = {}
         for (key, name), (touched, evict) in kernels.items():
-            if key in keys.get(name, ()):
-                out[(key, name)] = 0.0
-                continue
             at = (name, touched, evict)
             if at not in memo:
                 memo[at] = self.predict(name, touched, evict)
