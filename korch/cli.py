@@ -33,9 +33,10 @@ def cmd_fission(args: argparse.Namespace) -> int:
     from korch.ir.onnx_export import to_onnx
     from korch.ir.text import dump
     from korch.pipeline import run_fission
+    from korch.settings import AccuracyPolicy
 
     result = run_fission(args.model, _input_shapes(args.input_shape), verify=args.verify, seed=args.seed,
-                         rtol=args.rtol, strict=args.strict)
+                         accuracy=AccuracyPolicy(rtol=args.rtol), strict=args.strict)
     graph = result.graph
     counts = graph.class_counts()
     print(f"model       {args.model}: {len(result.model.graph.node)} ONNX nodes, "

@@ -46,7 +46,7 @@ was the largest non-linear op of OpenVINO's efficientvit-b1). efficientvit-b1: o
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,7 +67,9 @@ class Rewrite:
     nodes: tuple[onnx.NodeProto, ...]              # placed where the node making removed[1] (its anchor) was
     initializers: tuple[onnx.TensorProto, ...]
     note: str
-    flops_saved: float | None = None               # None: it saves passes over memory, not flops
+    # None: taken wherever its rule applies (the rule saves passes over memory, not flops, or its own
+    # measured gate decides where it pays); otherwise taken where it reaches MIN_SAVED_FRACTION
+    flops_saved: float | None = None
 
 
 # A rewrite that saves flops is taken only if it saves this fraction of the model's convolution and
@@ -148,7 +150,9 @@ def _attr(node: onnx.NodeProto, name: str, default: object) -> object:
 def _pointwise_conv(g: _Graph, node: onnx.NodeProto) -> np.ndarray | None:
     """The weight [M, C, 1, 1] of a 1x1, ungrouped, unstrided, unpadded 2-D convolution with
     constant weights, or None."""
-    if node.op_type != "Conv" or len(node.input) < 2:
+    if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in g.constants:
+        return None
+    if tuple(g.constants[node.input[1]].dims[2:]) != (1, 1):       # the shape before the data: rules run often
         return None
     w = g.array(node.input[1])
     if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or _attr(node, "group", 1) != 1:
@@ -655,9 +659,119 @@ def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite |
     return Rewrite("channel_first_linear_attention", removed, nodes, inits, note)
 
 
+# Winograd's minimal filtering F(2x2, 3x3): an output tile of 2x2 pixels of a 3x3 correlation is
+# A^T [(G w G^T) * (B^T d B)] A for the 4x4 input tile d over it, 16 products per channel pair where
+# the direct sum takes 36 (Lavin and Gray, 2016). Every entry is 0, +-1 or +-1/2: exact in fp32.
+_WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+_WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
+_WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+
+# Both channel counts of a convolution computed Winograd's way reach this: its transforms are passes
+# over memory (16 small depthwise convolutions in, 24 elementwise ops out) that only wide layers repay.
+# Side by side at 2 threads (benchmarks/winograd_layers.py, 2026-12-04): 128 channels at 104x104 ran
+# 1.31x faster on OpenVINO and 1.05x on onnxruntime, 256 at 52x52 1.47x and 1.00x, 512 at 26x26 1.47x
+# and 1.14x; 64 channels at 208x208 ran 0.86x and 0.54x.
+MIN_WINOGRAD_CHANNELS = 128
+
+
+def _winograd_weights(w: np.ndarray) -> np.ndarray:
+    """G w G^T for every filter of w [M, C, 3, 3], as [4, 4, M, C] in float64: two products of large
+    matrices (a batch of 3x3 ones took yolov4's 33 layers a second)."""
+    m, c = w.shape[:2]
+    right = w.astype(np.float64).reshape(-1, 3) @ _WINOGRAD_G.T                      # [M C 3, 4]: w G^T
+    left = _WINOGRAD_G @ right.reshape(m * c, 3, 4).transpose(1, 0, 2).reshape(3, -1)   # [4, M C 4]: G w G^T
+    return left.reshape(4, m, c, 4).transpose(0, 3, 1, 2)
+
+
+def winograd_conv3x3(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
+    """A dense 3x3 stride-1 convolution of at least MIN_WINOGRAD_CHANNELS in and out computed by
+    Winograd's F(2x2, 3x3), in standard ONNX ops an engine runs at its matrix rate:
+
+        v_ij = depthwise conv 4x4, stride 2, of x with the filter outer(B^T_i, B^T_j)   (16 of them)
+        m_ij = conv 1x1 of v_ij with U_ij = (G w G^T)_ij                                 (16 products)
+        y_pq = sum_ij A^T_pi A^T_qj m_ij,  y = DepthToSpace(concat(y_00, y_01, y_10, y_11))
+
+    Each input tile starts where its output tile does, two pixels apart, read through the
+    convolution's own zero pads; an odd output row or column gets one more tile and is cropped. The
+    bias enters m_11, whose coefficient is 1 in every y_pq. The 1x1 products carry 16 of the direct
+    sum's 36 multiplies per output tile and channel pair; the transforms cost 256 per input channel
+    and 24 adds per output channel, per tile, and are what MIN_WINOGRAD_CHANNELS repays."""
+    if node.op_type != "Conv" or len(node.input) < 2 or _attr(node, "group", 1) != 1:
+        return None
+    weight = g.constants.get(node.input[1])
+    if weight is None or len(weight.dims) != 4 or tuple(weight.dims[2:]) != (3, 3) or min(weight.dims[:2]) < \
+            MIN_WINOGRAD_CHANNELS:
+        return None
+    w = g.array(node.input[1])
+    x_shape, y_shape = g.shapes.get(node.input[0]), g.shapes.get(node.output[0])
+    if w is None or w.ndim != 4 or w.shape[2:] != (3, 3) or x_shape is None or y_shape is None or len(y_shape) != 4:
+        return None
+    if any(s != 1 for s in _attr(node, "strides", [1, 1])) or any(d != 1 for d in _attr(node, "dilations", [1, 1])):
+        return None
+    if _attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        return None
+    bias = g.array(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if len(node.input) > 2 and node.input[2] and bias is None:
+        return None
+    m, c = w.shape[:2]
+    if min(m, c) < MIN_WINOGRAD_CHANNELS:
+        return None
+    n, _, ho, wo = y_shape
+    th, tw = -(-ho // 2), -(-wo // 2)                      # output tiles of 2x2
+    top, left, bottom, right = _attr(node, "pads", [0, 0, 0, 0])
+    u = np.ascontiguousarray(_winograd_weights(w), dtype=w.dtype)
+    base = node.name or node.output[0]
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+
+    def constant(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(value, g.fresh(name)))
+        return inits[-1].name
+
+    def op(op_type: str, inputs: list[str], out: str | None = None, **attrs: object) -> str:
+        out = out or g.fresh(f"{node.output[0]}_winograd")
+        nodes.append(helper.make_node(op_type, inputs, [out], name=g.fresh(f"{base}_winograd"), **attrs))
+        return out
+
+    products = {}
+    for i in range(4):
+        for j in range(4):
+            taps = np.broadcast_to(np.outer(_WINOGRAD_BT[i], _WINOGRAD_BT[j]), (c, 1, 4, 4)).astype(w.dtype)
+            v = op("Conv", [node.input[0], constant(f"{node.input[1]}_winograd_in_{i}{j}", taps)], kernel_shape=[4, 4],
+                   strides=[2, 2], group=c, pads=[top, left, bottom + ho % 2, right + wo % 2])
+            inputs = [v, constant(f"{node.input[1]}_winograd_{i}{j}", u[i, j][:, :, None, None])]
+            if bias is not None and (i, j) == (1, 1):
+                inputs.append(node.input[2])
+            products[i, j] = op("Conv", inputs, kernel_shape=[1, 1])
+
+    def combine(terms: list[tuple[float, str]]) -> str:
+        acc = terms[0][1]                                  # every row of A^T starts with a +1
+        for sign, value in terms[1:]:
+            acc = op("Add" if sign > 0 else "Sub", [acc, value])
+        return acc
+    rows = {(p, j): combine([(_WINOGRAD_AT[p, i], products[i, j]) for i in range(4) if _WINOGRAD_AT[p, i]])
+            for p in range(2) for j in range(4)}
+    parities = [combine([(_WINOGRAD_AT[q, j], rows[p, j]) for j in range(4) if _WINOGRAD_AT[q, j]])
+                for p in range(2) for q in range(2)]
+    odd = ho % 2 or wo % 2
+    spread = op("DepthToSpace", [op("Concat", parities, axis=1)], None if odd else node.output[0], blocksize=2,
+                mode="DCR")
+    if odd:
+        crop = [constant(f"{node.output[0]}_winograd_{s}", np.array(v, np.int64))
+                for s, v in (("starts", [0, 0]), ("ends", [ho, wo]), ("axes", [2, 3]))]
+        op("Slice", [spread, *crop], node.output[0])
+    before = 2.0 * n * m * c * 9 * ho * wo
+    after = 2.0 * n * th * tw * (16 * m * c + 16 * 16 * c) + 24.0 * n * th * tw * m
+    note = (f"{base}: a 3x3 Conv ({c} -> {m} channels, {ho}x{wo}) by Winograd's F(2x2, 3x3): 16 depthwise input "
+            f"transforms, 16 1x1 Convs, the output tiles interleaved by DepthToSpace ({_flops(before)} -> "
+            f"{_flops(after)})")
+    # no flops floor: a yolov4 layer saves 0.4 of 60 GFLOP, under MIN_SAVED_FRACTION, and 33 of them 20
+    return Rewrite("winograd_conv3x3", (node.output[0], node.output[0]), tuple(nodes), tuple(inits), note)
+
+
 Rule = Callable[[_Graph, onnx.NodeProto], Rewrite | None]
 RULES: tuple[Rule, ...] = (conv_over_upsampled_concat, pointwise_conv_into_token_matmul, space_to_depth_conv,
-                          conv_over_nearest_upsample, channel_first_linear_attention)
+                          conv_over_nearest_upsample, channel_first_linear_attention, winograd_conv3x3)
 
 
 def linear_flops(g: _Graph) -> float:
@@ -689,33 +803,53 @@ def rewrite_model(model: onnx.ModelProto, rules: Sequence[Rule] = RULES) -> tupl
 
     def worth(r: Rewrite) -> bool:
         return r.flops_saved is None or r.flops_saved >= floor
-    while True:           # one rewrite at a time, on a graph read afresh: rules never see stale producers
+    while True:           # each pass on a graph read afresh: rules never see stale producers
         g = _Graph.of(current)
-        done = next((r for n in current.graph.node for rule in rules if (r := rule(g, n)) is not None and worth(r)),
-                    None)
-        if done is None:
+        batch = _independent(r for n in current.graph.node for rule in rules if (r := rule(g, n)) is not None
+                             and worth(r))
+        if not batch:
             break
-        current = _apply(current, done)
-        notes.append(done.note)
-        log.info("rewrite (%s): %s", done.rule, done.note)
+        current = _apply(current, batch)
+        for done in batch:
+            notes.append(done.note)
+            log.info("rewrite (%s): %s", done.rule, done.note)
     return current, tuple(notes)
 
 
-def _apply(model: onnx.ModelProto, rewrite: Rewrite) -> onnx.ModelProto:
+def _independent(found: Iterable[Rewrite]) -> list[Rewrite]:
+    """Of the rewrites found on one graph, in order, those that can be applied together: none removes
+    a value another reads or removes (the anchor's output keeps its name, so readers of it elsewhere
+    are unaffected). A rewrite left out is found again on the next pass, on the graph the others made;
+    yolov4's 33 Winograd convolutions take one pass instead of 33 copies of its 256 MB of weights."""
+    batch: list[Rewrite] = []
+    removed: set[str] = set()
+    read: set[str] = set()
+    for r in found:
+        mine, reads = set(r.removed), {i for n in r.nodes for i in n.input}
+        if mine & (removed | read) or reads & removed:
+            continue
+        batch.append(r)
+        removed |= mine
+        read |= reads
+    return batch
+
+
+def _apply(model: onnx.ModelProto, rewrites: Sequence[Rewrite]) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
-    removed = set(rewrite.removed)
+    removed = {name for r in rewrites for name in r.removed}
+    placed = {r.removed[1]: r.nodes for r in rewrites}       # each rule's anchor: its new nodes take its place
     kept: list[onnx.NodeProto] = []
     for n in g.node:
         if any(o in removed for o in n.output):
-            if n.output[0] == rewrite.removed[1]:        # the rule's anchor: the new nodes take its place
-                kept.extend(rewrite.nodes)
+            kept.extend(placed.get(n.output[0], ()))
             continue
         kept.append(n)
     del g.node[:]
     g.node.extend(kept)
-    g.initializer.extend(rewrite.initializers)
+    for r in rewrites:
+        g.initializer.extend(r.initializers)
     used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     unused = [t for t in g.initializer if t.name not in used]
     for t in unused:

@@ -16,6 +16,7 @@ from korch.errors import ModelLoadError
 from korch.frontend.onnx_import import load_model
 from korch.frontend.rewrites import rewrite_model
 from korch.pipeline import rewrite_checked, run_fission
+from korch.settings import AccuracyPolicy
 from korch.verify import random_feeds, run_onnxruntime
 
 RTOL = 1e-5          # fp32 reassociation of a 1x1 convolution's sums: ~1e-7 of the output's scale measured
@@ -120,10 +121,26 @@ def test_a_rewrite_that_changes_the_outputs_is_not_taken(caplog: pytest.LogCaptu
     w = next(t for t in broken.graph.initializer if t.name.startswith("w_branch"))
     w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 1.01, w.name))
     feeds = _feeds(model, 3)
-    assert rewrite_checked(model, rewritten, feeds, RTOL)
+    assert rewrite_checked(model, rewritten, feeds, AccuracyPolicy(rtol=RTOL))
     with caplog.at_level(logging.WARNING, logger="korch.pipeline"):
-        assert not rewrite_checked(model, broken, feeds, RTOL)
+        assert not rewrite_checked(model, broken, feeds, AccuracyPolicy(rtol=RTOL))
     assert "rewrites dropped" in caplog.text
+
+
+def test_a_rewrite_beyond_rtol_is_judged_against_the_float64_reference_of_the_model_as_given() -> None:
+    """With no rtol to pass by, the rewritten model is judged against the exact outputs of the model
+    as given: fp32 rounding passes within what onnxruntime's own error earns; a wrong identity does not,
+    though it is exact for itself."""
+    model = _model()
+    rewritten, _ = rewrite_model(model)
+    broken = onnx.ModelProto()
+    broken.CopyFrom(rewritten)
+    w = next(t for t in broken.graph.initializer if t.name.startswith("w_branch"))
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 1.001, w.name))
+    feeds = _feeds(model, 4)
+    assert rewrite_checked(model, rewritten, feeds, AccuracyPolicy(rtol=0.0, fp32_factor=8.0))
+    assert not rewrite_checked(model, broken, feeds, AccuracyPolicy(rtol=0.0, fp32_factor=8.0))
+    assert rewrite_checked(model, broken, feeds, AccuracyPolicy(rtol=1e-2))       # the rtol test alone: 1e-3 passes
 
 
 def test_segformer_decoder_is_rewritten_and_fissions_to_the_model_as_given() -> None:
@@ -434,3 +451,69 @@ def test_efficientvit_attention_runs_channel_first_and_fissions_to_the_model_as_
     got, want = run_graph(result.graph, feeds), run_onnxruntime(model, feeds)
     for name, w in want.items():
         assert _rel(got[name], w) <= 1e-4
+
+
+def _conv3x3_model(*, c: int = 128, m: int = 128, size: tuple[int, int] = (6, 8), pads: tuple[int, ...] = (1, 1, 1, 1),
+                   bias: bool = True, batch: int = 1, reflect: bool = False, kernel: int = 3, stride: int = 1,
+                   group: int = 1, dilation: int = 1, weight_input: bool = False) -> onnx.ModelProto:
+    """x [batch, c, *size] (reflect: padded by 1 by a Pad node, the Conv unpadded), then a Conv of m
+    outputs, then Relu. `weight_input`: the weight is a graph input, not a constant."""
+    rng = np.random.default_rng(31)
+    w = (rng.standard_normal((m, c // group, kernel, kernel)) / np.sqrt(kernel * kernel * c)).astype(np.float32)
+    inits = [] if weight_input else [numpy_helper.from_array(w, "w")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c, *size])]
+    if weight_input:
+        inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w.shape)))
+    conv_in, nodes = "x", []
+    if reflect:
+        inits.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"))
+        nodes.append(helper.make_node("Pad", ["x", "pads"], ["padded"], mode="reflect"))
+        conv_in, pads = "padded", (0, 0, 0, 0)
+        size = (size[0] + 2, size[1] + 2)
+    conv_inputs = [conv_in, "w"]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b"))
+        conv_inputs.append("b")
+    span = dilation * (kernel - 1)
+    out = [(size[0] + pads[0] + pads[2] - span - 1) // stride + 1, (size[1] + pads[1] + pads[3] - span - 1) // stride + 1]
+    nodes += [helper.make_node("Conv", conv_inputs, ["conv"], kernel_shape=[kernel, kernel], pads=list(pads),
+                               strides=[stride, stride], group=group, dilations=[dilation, dilation]),
+              helper.make_node("Relu", ["conv"], ["y"])]
+    graph = helper.make_graph(nodes, "conv3x3", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                                        [batch, m, *out])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return load_model(model)
+
+
+WINOGRAD_RTOL = 2e-6      # fp32 transforms and 16-term sums in another order: 3-6e-7 of the output's scale measured
+
+
+@pytest.mark.parametrize("variant", [dict(), dict(size=(7, 9)), dict(pads=(0, 0, 0, 0)), dict(pads=(1, 0, 2, 1)),
+                                     dict(bias=False), dict(batch=2), dict(reflect=True), dict(c=160, m=130)],
+                         ids=["same", "odd", "valid", "uneven pads", "no bias", "batch 2", "reflect pad", "160->130"])
+def test_a_wide_3x3_conv_is_computed_by_winograd_f2x2_3x3(variant: dict) -> None:
+    model = _conv3x3_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and "Winograd" in notes[0], notes
+    ops = [n.op_type for n in rewritten.graph.node]
+    assert ops.count("Conv") == 32 and ops.count("DepthToSpace") == 1 and ops[-1] == "Relu", ops
+    assert ("Slice" in ops) == (variant.get("size", (6, 8)) == (7, 9) or "pads" in variant and variant["pads"] != (
+        0, 0, 0, 0)), ops
+    onnx.checker.check_model(rewritten)
+    for seed in (1, 2):
+        feeds = _feeds(model, seed)
+        feeds["x"][..., 0, :] += 2.0            # a border unlike the inside: the pads and the last tile matter
+        feeds["x"][..., :, -1] -= 3.0
+        want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
+        assert _rel(got, want) <= WINOGRAD_RTOL and float(np.std(want)) > 0.1
+
+
+@pytest.mark.parametrize("variant", [dict(c=64), dict(m=96), dict(stride=2), dict(group=2), dict(dilation=2, pads=(2,) * 4),
+                                     dict(kernel=5, pads=(2,) * 4), dict(weight_input=True)],
+                         ids=["64 in", "96 out", "strided", "grouped", "dilated", "5x5", "weight not constant"])
+def test_a_conv_is_left_direct_where_winograd_does_not_hold_or_pay(variant: dict) -> None:
+    model = _conv3x3_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert notes == () and rewritten is model
