@@ -41,6 +41,14 @@ its output back, around two small matrix products; computed on the transposed pr
 (its docstring) only k's channels are transposed. No flops saved: passes over memory (Transpose
 was the largest non-linear op of OpenVINO's efficientvit-b1). efficientvit-b1: onnxruntime 10.29
 -> 9.10 ms, OpenVINO 9.83 -> 9.09 ms side by side (2 threads, 2026-12-02).
+
+winograd_conv3x3. A dense 3x3 stride-1 convolution of at least 128 channels in and out computed by
+Winograd's F(2x2, 3x3) (its docstring): 16 instead of 36 multiplies per output tile and channel pair,
+in 16 depthwise convolutions, 16 1x1 convolutions and adds that every engine runs as it runs any
+model. No engine here does this itself on CPU: at batch 1 yolov4 runs at the machine's matrix rate,
+and only fewer flops can make it faster. yolov4's 33 such layers (61% of its 60 GFLOP): OpenVINO
+278 -> 228 ms, onnxruntime 551 -> 523 ms; candy's ten (with the sub-pixel rule): OpenVINO 87 -> 63 ms,
+onnxruntime 95 -> 88 ms, side by side (2 threads, 2026-12-04, benchmarks/rewrite_gain.py).
 """
 
 from __future__ import annotations
@@ -661,7 +669,8 @@ def channel_first_linear_attention(g: _Graph, node: onnx.NodeProto) -> Rewrite |
 
 # Winograd's minimal filtering F(2x2, 3x3): an output tile of 2x2 pixels of a 3x3 correlation is
 # A^T [(G w G^T) * (B^T d B)] A for the 4x4 input tile d over it, 16 products per channel pair where
-# the direct sum takes 36 (Lavin and Gray, 2016). Every entry is 0, +-1 or +-1/2: exact in fp32.
+# the direct sum takes 36 (Lavin and Gray, 2016). Every entry is 0, +-1 or +-1/2, so the transforms add
+# little rounding of their own: a layer lands 3-6e-7 of its output's scale from the direct sum.
 _WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
 _WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 _WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
@@ -683,8 +692,8 @@ def _winograd_weights(w: np.ndarray) -> np.ndarray:
     return left.reshape(4, m, c, 4).transpose(0, 3, 1, 2)
 
 
-def winograd_conv3x3(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
-    """A dense 3x3 stride-1 convolution of at least MIN_WINOGRAD_CHANNELS in and out computed by
+def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WINOGRAD_CHANNELS) -> Rewrite | None:
+    """A dense 3x3 stride-1 convolution of at least `min_channels` in and out computed by
     Winograd's F(2x2, 3x3), in standard ONNX ops an engine runs at its matrix rate:
 
         v_ij = depthwise conv 4x4, stride 2, of x with the filter outer(B^T_i, B^T_j)   (16 of them)
@@ -700,7 +709,7 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
         return None
     weight = g.constants.get(node.input[1])
     if weight is None or len(weight.dims) != 4 or tuple(weight.dims[2:]) != (3, 3) or min(weight.dims[:2]) < \
-            MIN_WINOGRAD_CHANNELS:
+            min_channels:
         return None
     w = g.array(node.input[1])
     x_shape, y_shape = g.shapes.get(node.input[0]), g.shapes.get(node.output[0])
@@ -714,8 +723,6 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
     if len(node.input) > 2 and node.input[2] and bias is None:
         return None
     m, c = w.shape[:2]
-    if min(m, c) < MIN_WINOGRAD_CHANNELS:
-        return None
     n, _, ho, wo = y_shape
     th, tw = -(-ho // 2), -(-wo // 2)                      # output tiles of 2x2
     top, left, bottom, right = _attr(node, "pads", [0, 0, 0, 0])

@@ -1,5 +1,6 @@
 """Algebraic rewrites: a 1x1 convolution split over an upsampled concatenation, folded into a token MatMul;
-a Focus stem as a stride-2 convolution; a 3x3 convolution over a nearest upsampling as a sub-pixel convolution."""
+a Focus stem as a stride-2 convolution; a 3x3 convolution over a nearest upsampling as a sub-pixel convolution;
+a wide 3x3 convolution by Winograd's F(2x2, 3x3); rewrites applied together where independent."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from korch import zoo
 from korch.backends.reference import run_graph
 from korch.errors import ModelLoadError
 from korch.frontend.onnx_import import load_model
-from korch.frontend.rewrites import rewrite_model
+from korch.frontend.rewrites import Rewrite, _independent, rewrite_model
 from korch.pipeline import rewrite_checked, run_fission
 from korch.settings import AccuracyPolicy
 from korch.verify import random_feeds, run_onnxruntime
@@ -517,3 +518,36 @@ def test_a_conv_is_left_direct_where_winograd_does_not_hold_or_pay(variant: dict
     model = _conv3x3_model(**variant)
     rewritten, notes = rewrite_model(model)
     assert notes == () and rewritten is model
+
+
+def _stub(removed: tuple[str, ...], reads: tuple[str, ...]) -> Rewrite:
+    return Rewrite("stub", removed, (helper.make_node("Identity", list(reads), [removed[1]]),), (), "stub")
+
+
+def test_rewrites_are_applied_together_only_where_none_removes_what_another_reads_or_removes() -> None:
+    first = _stub(("u", "c1"), ("x",))
+    reads_removed = _stub(("c2", "c2"), ("u",))          # reads u, which the first removes
+    removes_read = _stub(("x", "c3"), ("y",))            # removes x, which the first reads
+    removes_removed = _stub(("u", "c4"), ("y",))         # removes u too
+    apart = _stub(("c5", "c5"), ("x",))                  # reads x as the first does: both may
+    batch = _independent([first, reads_removed, removes_read, removes_removed, apart])
+    assert batch == [first, apart]
+
+
+def test_chained_rewrites_are_taken_in_one_pass_and_agree_with_the_model() -> None:
+    """Two wide 3x3 convolutions in a chain: the second reads the first's output, which the first's
+    rewrite keeps by name, so both are taken together, and the outputs are the model's."""
+    rng = np.random.default_rng(41)
+    inits = [numpy_helper.from_array((rng.standard_normal((128, 128, 3, 3)) / 34).astype(np.float32), n)
+             for n in ("w1", "w2")]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1] * 4),
+         helper.make_node("Relu", ["c1"], ["r1"]),
+         helper.make_node("Conv", ["r1", "w2"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)], "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, 6, 6])], initializer=inits)
+    model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 2 and all("Winograd" in n for n in notes), notes
+    feeds = _feeds(model, 5)
+    assert _rel(run_onnxruntime(rewritten, feeds)["y"], run_onnxruntime(model, feeds)["y"]) <= WINOGRAD_RTOL

@@ -43,10 +43,17 @@ A; µs median [p10-p90], and the ratio to B alone):
   does not pay (above). So no yield: the profiler times each kernel alone, and measured selection
   (korch/select/measured.py) prices what hand-offs cost a whole plan. Pools that wake slowly at
   every kernel boundary are the boundary cost that one shared runtime environment per plan must fix.
-- ENABLE_CPU_PINNING (OpenVINO's default under the latency hint) is off: it did not shorten the spin
-  (1.07 ms) nor the hand-off to onnxruntime (2025 [102-4189], 70x), and a pinned worker cannot leave
-  a core another engine's thread spins on (OpenVINO right after a default onnxruntime session: 257
-  [80-5753] pinned, 6.1x; 128 [73-245] not, 2.4x).
+- ENABLE_CPU_PINNING (OpenVINO's default under the latency hint) is off for kernels that run among
+  others: it did not shorten the spin (1.07 ms) nor the hand-off to onnxruntime (2025 [102-4189],
+  70x), and a pinned worker cannot leave a core another engine's thread spins on (OpenVINO right
+  after a default onnxruntime session: 257 [80-5753] pinned, 6.1x; 128 [73-245] not, 2.4x).
+- A kernel that runs alone (one engine running the whole model: `CompileOptions.runs_alone`, and
+  `compile_file`, the model as OpenVINO's users compile it) keeps OpenVINO's default, pinned. Unpinned,
+  a model of many small nodes ran at one of two speeds, chosen per process: yolov4 with its 3x3
+  convolutions in Winograd's form (1,900 nodes) 226-229 ms in 3 of 6 fresh processes and 272-278 ms
+  in the other 3, its memory-bound nodes 2-4x slower and ~15 us lost between nodes; pinned, 8 of 8
+  processes ran at 226-233 ms. yolov4 as given (300 nodes) ran at 282-288 ms either way (2 threads,
+  2026-12-04, AMD EPYC Zen 4 VM).
 """
 
 from __future__ import annotations
@@ -73,14 +80,16 @@ if TYPE_CHECKING:       # onnx is imported where a model is cut or parsed: a sav
 log = logging.getLogger("korch.backends.openvino")
 
 DEVICE = "CPU"
-# Pinning OpenVINO's worker threads: see THREAD POOL in the module docstring for the measurement.
+# Pinning OpenVINO's worker threads, for a kernel among others and for one that runs alone: see THREAD
+# POOL in the module docstring for the measurements.
 CPU_PINNING = False
+CPU_PINNING_ALONE = True
 # One request at a time on all threads (korch runs its kernels one after another), in fp32.
-COMPILE_CONFIG = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32",
-                  "ENABLE_CPU_PINNING": CPU_PINNING}
+COMPILE_CONFIG = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
 # Part of profile keys: the library and the settings above that change timings (outputs shared, not
 # copied out: see the module doc).
-VERSION = f"openvino-{ov.__version__.split('-releases')[0]}-latency-f32-pin{int(CPU_PINNING)}-shared-out"
+VERSION = (f"openvino-{ov.__version__.split('-releases')[0]}-latency-f32-pin{int(CPU_PINNING)}"
+           f"-alone-pin{int(CPU_PINNING_ALONE)}-shared-out")
 # The CPU plugin computes these in another precision (see the module docstring).
 WIDENED_TYPES = {DType.FLOAT64: "float64 is computed in float32",
                  DType.INT8: "8-bit integer arithmetic saturates instead of wrapping",
@@ -109,8 +118,9 @@ def _failure(action: str, error: Exception) -> OpenVinoError:
     return OpenVinoError(f"OpenVINO cannot {action}: {message or type(error).__name__}")
 
 
-def compile_config(threads: int) -> dict[str, object]:
-    return {**COMPILE_CONFIG, "INFERENCE_NUM_THREADS": threads}
+def compile_config(threads: int, runs_alone: bool = False) -> dict[str, object]:
+    return {**COMPILE_CONFIG, "INFERENCE_NUM_THREADS": threads,
+            "ENABLE_CPU_PINNING": CPU_PINNING_ALONE if runs_alone else CPU_PINNING}
 
 
 class OpenVinoKernel(Kernel):
@@ -196,7 +206,7 @@ class OpenVinoBackend(Backend):
         ov_model, keep, maps = self.read(model, external_dir, shared)
         try:
             with dropping_pages(maps):       # the plugin copies the weights it reads (see weights.py)
-                compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
+                compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads, options.runs_alone))
         except RuntimeError as e:
             raise _failure("compile the model", e) from None
         positions = _output_indices(model, compiled, outputs)
@@ -218,7 +228,7 @@ class OpenVinoBackend(Backend):
             before = read_only_maps(path.parent)
             ov_model = self.core.read_model(str(path))          # maps the weights file, reads little of it
             with dropping_ranges(read_only_maps(path.parent) - before):
-                compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads))
+                compiled = self.core.compile_model(ov_model, DEVICE, compile_config(options.threads, options.runs_alone))
         except RuntimeError as e:
             raise _failure("compile the model", e) from None
         if len(compiled.outputs) != len(outputs):
@@ -232,7 +242,7 @@ class OpenVinoBackend(Backend):
         """A whole model compiled from its ONNX file, as OpenVINO's users compile it (korch bench's
         peer). Returns the kernel and the names of its inputs, in the order `run` takes them."""
         try:
-            compiled = self.core.compile_model(str(path), DEVICE, compile_config(threads))
+            compiled = self.core.compile_model(str(path), DEVICE, compile_config(threads, runs_alone=True))
         except RuntimeError as e:
             raise _failure("compile the model", e) from None
         dtypes = [np.dtype(port.get_element_type().to_dtype()) for port in compiled.outputs]
