@@ -12,6 +12,7 @@ from korch import zoo
 from korch.backends.reference import run_graph
 from korch.ir.check import check_graph
 from korch.pipeline import run_fission
+from korch.settings import AccuracyPolicy
 from korch.verify import DEFAULT_RTOL, random_feeds
 
 MINI = [m.name for m in zoo.list_models() if m.mini]
@@ -24,7 +25,7 @@ RTOL = {"yolov4": 5e-4}
 
 def _check(name: str, seed: int) -> None:
     rtol = RTOL.get(name, DEFAULT_RTOL)
-    result = run_fission(zoo.to_model_proto(name), verify=True, seed=seed, rtol=rtol)
+    result = run_fission(zoo.to_model_proto(name), verify=True, seed=seed, accuracy=AccuracyPolicy(rtol=rtol))
     check_graph(result.graph)
     assert result.verify is not None
     assert result.verify.ok, f"{name}: {result.verify.summary()}"
