@@ -228,6 +228,18 @@ def _optimize_buckets(args: argparse.Namespace, settings) -> int:
     return 0
 
 
+# The optimize summary lists this many rewrites and counts the rest: yolov4 has 33 Winograd convolutions.
+REWRITES_SHOWN = 3
+
+
+def rewrites_line(notes: Sequence[str], shown: int = REWRITES_SHOWN) -> str:
+    """The rewrites in a line: all of a few; of many, their count, the first `shown` and where the rest are."""
+    if len(notes) <= shown + 1:
+        return "; ".join(notes)
+    return (f"{len(notes)}, the first {shown} here ('korch -v optimize' logs each): " + "; ".join(notes[:shown])
+            + f"; and {len(notes) - shown} more")
+
+
 def format_summary(stats, by_backend: dict[str, int]) -> str:
     """The optimize summary: what was done, what was kept and why, the check, and the stage times."""
     sel = stats.selection
@@ -238,7 +250,7 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
         ("primitives", f"{stats.primitives}"
                        + (f"; {stats.opaque_nodes} ONNX node(s) kept whole (opaque, see korch fission)"
                           if stats.opaque_nodes else "")),
-        *([("rewrites", "; ".join(stats.rewrites))] if stats.rewrites else []),
+        *([("rewrites", rewrites_line(stats.rewrites))] if stats.rewrites else []),
         ("candidates", f"{stats.candidates} enumerated, {stats.unique_candidates} unique keys"),
         ("profiled", f"{stats.profiled_new} new, {stats.profiled_cached} from cache; kernels accepted within "
                      f"{stats.kernel_tolerance:.1e} of the reference"

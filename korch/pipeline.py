@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -57,6 +58,7 @@ from korch.verify import (
     random_feeds,
     verify_graph,
 )
+from korch.version import code_version
 
 log = logging.getLogger("korch.pipeline")
 
@@ -106,11 +108,12 @@ def resolve_model(spec: str | os.PathLike | onnx.ModelProto,
 def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
                 verify: bool = False, seed: int = 0, accuracy: AccuracyPolicy = AccuracyPolicy(),
                 cache_dir: str | os.PathLike | None = None, strict: bool = False,
-                rewrite: bool = False) -> FissionResult:
+                rewrite: bool = False, db: ProfileDB | None = None) -> FissionResult:
     """`strict`: refuse nodes korch cannot fission instead of keeping them whole (opaque). `rewrite`:
     apply frontend/rewrites.py's algebraic rewrites first, checked against the model as given on a
     random input under `accuracy` (`rewrite_checked`); the result keeps the model as given in
-    `original`. `verify` compares the primitive graph with onnxruntime within `accuracy.rtol`."""
+    `original`. `verify` compares the primitive graph with onnxruntime within `accuracy.rtol`. `db`:
+    where a passed check is remembered, so the same model is not checked again (rewrite_check_key)."""
     t0 = time.perf_counter()
     model = load_model(resolve_model(source, cache_dir), input_shapes)
     original, rewrites = None, ()
@@ -120,14 +123,32 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
             original, model = model, rewritten
     t1 = time.perf_counter()
     fissioned = fission_model(model, strict)
-    if original is not None and not rewrite_checked(original, model, random_feeds(fissioned.graph, seed), accuracy,
-                                                    strict):
-        original, model, rewrites = None, original, ()
-        fissioned = fission_model(model, strict)
+    if original is not None:
+        key = rewrite_check_key(original, accuracy, seed) if db is not None else None
+        if key is not None and db.rewrites_passed(key):
+            log.info("rewrites: passed their check on this model before")
+        elif rewrite_checked(original, model, random_feeds(fissioned.graph, seed), accuracy, strict):
+            if key is not None:
+                db.put_rewrites_passed(key)
+        else:
+            original, model, rewrites = None, original, ()
+            fissioned = fission_model(model, strict)
     t2 = time.perf_counter()
     report = verify_graph(model, fissioned.graph, seed=seed, rtol=accuracy.rtol) if verify else None
     return FissionResult(model, fissioned.graph, t1 - t0, t2 - t1, report, fissioned.value_map, fissioned.opaque,
                          rewrites, original)
+
+
+def rewrite_check_key(model: onnx.ModelProto, accuracy: AccuracyPolicy, seed: int) -> str:
+    """What a rewrite check's verdict depends on: the model as given (its bytes), korch's code (the
+    rules), onnxruntime's version (its outputs judge), the accuracy policy and the input's seed. A warm
+    optimize of yolov4 spent ~5 s checking its 33 Winograd rewrites again (two onnxruntime sessions and
+    a float64 reference run); hashing the model takes a fraction of that."""
+    import onnxruntime
+
+    h = hashlib.sha256(model.SerializeToString())
+    h.update(f"|{code_version()}|{onnxruntime.__version__}|{accuracy.rtol}|{accuracy.fp32_factor}|{seed}".encode())
+    return h.hexdigest()
 
 
 def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
@@ -340,7 +361,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     start = time.perf_counter()
     machine = machine_fingerprint()
     fissioned = run_fission(source, input_shapes, cache_dir=db.path.parent, strict=settings.strict,
-                            rewrite=settings.rewrites, seed=settings.seed, accuracy=settings.accuracy)
+                            rewrite=settings.rewrites, seed=settings.seed, accuracy=settings.accuracy, db=db)
     graph = fissioned.graph
     onnx_source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), graph)
     fissioned = replace(fissioned, model=onnx_source.model)     # the model with its weights held once, in `graph`

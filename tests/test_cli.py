@@ -145,3 +145,13 @@ def test_optimize_profiles_split_plans_by_default_and_whole_models_only_when_ask
     settings = _settings(parser.parse_args(["optimize", "m.onnx", "-o", "p", "--whole-models",
                                             "--backends", "onnxruntime"]))
     assert settings.whole_models and settings.backends == ("onnxruntime",)
+
+
+def test_the_summary_counts_many_rewrites_and_lists_a_few() -> None:
+    from korch.cli import rewrites_line
+
+    notes = [f"conv_{k}: a 3x3 Conv by Winograd's F(2x2, 3x3)" for k in range(33)]
+    line = rewrites_line(notes)
+    assert line.startswith("33, the first 3 here") and "conv_2:" in line and "conv_3:" not in line
+    assert line.endswith("and 30 more")
+    assert rewrites_line(notes[:4]) == "; ".join(notes[:4])        # a few: all of them

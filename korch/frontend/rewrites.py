@@ -677,9 +677,10 @@ _WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 
 # Both channel counts of a convolution computed Winograd's way reach this: its transforms are passes
 # over memory (16 small depthwise convolutions in, 24 elementwise ops out) that only wide layers repay.
-# Side by side at 2 threads (benchmarks/winograd_layers.py, 2026-12-04): 128 channels at 104x104 ran
-# 1.31x faster on OpenVINO and 1.05x on onnxruntime, 256 at 52x52 1.47x and 1.00x, 512 at 26x26 1.47x
-# and 1.14x; 64 channels at 208x208 ran 0.86x and 0.54x.
+# Each layer alone, side by side at 2 threads (benchmarks/winograd_layers.py, 2026-12-04): from 128
+# channels up OpenVINO ran 1.26-1.56x faster (128 -> 128 at 52x52 to 256 -> 512 at 26x26), onnxruntime
+# 0.78-1.39x (it gains from 256 output channels); 64 -> 64 at 104x104 ran 0.89x and 0.55x, 32 -> 64 at
+# 208x208 0.54x and 0.39x.
 MIN_WINOGRAD_CHANNELS = 128
 
 

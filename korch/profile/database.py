@@ -146,6 +146,12 @@ CREATE TABLE IF NOT EXISTS refills (
     PRIMARY KEY (candidate_key, backend, backend_version, threads, machine)
 ) WITHOUT ROWID;
 """
+_REWRITE_CHECKS = """
+CREATE TABLE IF NOT EXISTS rewrite_checks (
+    check_key TEXT PRIMARY KEY,
+    created_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
 _COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT"),
                                   ("checked", "TEXT"), ("schedule", "TEXT")),
@@ -176,6 +182,7 @@ CREATE TABLE IF NOT EXISTS profiles (
 {_SIGHTINGS}
 {_GUIDED}
 {_REFILLS}
+{_REWRITE_CHECKS}
 """
 
 
@@ -491,6 +498,14 @@ class ProfileDB:
         self._write_many("INSERT OR REPLACE INTO guided (problem_key, created_at) VALUES (?, ?)",
                          [(problem_key, time.time())])
 
+    def rewrites_passed(self, check_key: str) -> bool:
+        """Whether a model's rewrites passed their check before (pipeline.rewrite_check_key)."""
+        return bool(self._query("SELECT 1 FROM rewrite_checks WHERE check_key = ?", (check_key,)))
+
+    def put_rewrites_passed(self, check_key: str) -> None:
+        self._write_many("INSERT OR REPLACE INTO rewrite_checks (check_key, created_at) VALUES (?, ?)",
+                         [(check_key, time.time())])
+
     def put_refills(self, samples: Iterable[RefillSample], backend_version: Mapping[str, str], threads: int,
                     machine: str) -> None:
         """Store kernels timed back to back and after a sweep (korch/profile/refill.py), each under its
@@ -640,7 +655,7 @@ def _open_once(path: Path) -> sqlite3.Connection:
 
 
 def _add_new_columns(conn: sqlite3.Connection) -> None:
-    for table in (_SELECTIONS, _BOUNDARIES, _FEATURES, _SIGHTINGS, _GUIDED, _REFILLS):
+    for table in (_SELECTIONS, _BOUNDARIES, _FEATURES, _SIGHTINGS, _GUIDED, _REFILLS, _REWRITE_CHECKS):
         conn.execute(table)
     for table, columns in _COLUMNS_ADDED.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}

@@ -5,6 +5,7 @@ a wide 3x3 convolution by Winograd's F(2x2, 3x3); rewrites applied together wher
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -551,3 +552,21 @@ def test_chained_rewrites_are_taken_in_one_pass_and_agree_with_the_model() -> No
     assert len(notes) == 2 and all("Winograd" in n for n in notes), notes
     feeds = _feeds(model, 5)
     assert _rel(run_onnxruntime(rewritten, feeds)["y"], run_onnxruntime(model, feeds)["y"]) <= WINOGRAD_RTOL
+
+
+def test_a_passed_rewrite_check_is_remembered_and_another_model_is_checked(tmp_path: Path,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """A second fission of the same model with the same database takes the remembered verdict: the check
+    (two onnxruntime sessions and a float64 reference run) is not run again. Another model is checked."""
+    from korch.profile.database import ProfileDB
+
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, logger="korch.pipeline"):
+        first = run_fission(_conv3x3_model(), rewrite=True, db=db)
+        assert "passed their check on this model before" not in caplog.text
+        again = run_fission(_conv3x3_model(), rewrite=True, db=db)
+        assert "passed their check on this model before" in caplog.text
+        caplog.clear()
+        other = run_fission(_conv3x3_model(c=160), rewrite=True, db=db)
+        assert "passed their check on this model before" not in caplog.text
+    assert len(first.rewrites) == len(again.rewrites) == len(other.rewrites) == 1
+    assert again.model.SerializeToString() == first.model.SerializeToString()
