@@ -115,13 +115,20 @@ def test_an_upsampled_branch_read_elsewhere_too_stays_at_full_resolution() -> No
         assert _rel(got[name], want[name]) <= RTOL
 
 
-def test_a_rewrite_that_changes_the_outputs_is_not_taken(caplog: pytest.LogCaptureFixture) -> None:
-    model = _model()
+def _rewritten_and_broken(model: onnx.ModelProto, factor: float) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """The model rewritten, and a copy of that with one branch's split weight scaled by `factor`: a
+    rewrite whose identity is wrong by that much."""
     rewritten, _ = rewrite_model(model)
     broken = onnx.ModelProto()
     broken.CopyFrom(rewritten)
     w = next(t for t in broken.graph.initializer if t.name.startswith("w_branch"))
-    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 1.01, w.name))
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * factor, w.name))
+    return rewritten, broken
+
+
+def test_a_rewrite_that_changes_the_outputs_is_not_taken(caplog: pytest.LogCaptureFixture) -> None:
+    model = _model()
+    rewritten, broken = _rewritten_and_broken(model, 1.01)
     feeds = _feeds(model, 3)
     assert rewrite_checked(model, rewritten, feeds, AccuracyPolicy(rtol=RTOL))
     with caplog.at_level(logging.WARNING, logger="korch.pipeline"):
@@ -134,11 +141,7 @@ def test_a_rewrite_beyond_rtol_is_judged_against_the_float64_reference_of_the_mo
     as given: fp32 rounding passes within what onnxruntime's own error earns; a wrong identity does not,
     though it is exact for itself."""
     model = _model()
-    rewritten, _ = rewrite_model(model)
-    broken = onnx.ModelProto()
-    broken.CopyFrom(rewritten)
-    w = next(t for t in broken.graph.initializer if t.name.startswith("w_branch"))
-    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 1.001, w.name))
+    rewritten, broken = _rewritten_and_broken(model, 1.001)
     feeds = _feeds(model, 4)
     assert rewrite_checked(model, rewritten, feeds, AccuracyPolicy(rtol=0.0, fp32_factor=8.0))
     assert not rewrite_checked(model, broken, feeds, AccuracyPolicy(rtol=0.0, fp32_factor=8.0))
