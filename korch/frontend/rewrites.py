@@ -161,10 +161,9 @@ def _pointwise_conv(g: _Graph, node: onnx.NodeProto) -> np.ndarray | None:
     constant weights, or None."""
     if node.op_type != "Conv" or len(node.input) < 2 or node.input[1] not in g.constants:
         return None
-    if tuple(g.constants[node.input[1]].dims[2:]) != (1, 1):       # the shape before the data: rules run often
-        return None
-    w = g.array(node.input[1])
-    if w is None or w.ndim != 4 or w.shape[2:] != (1, 1) or _attr(node, "group", 1) != 1:
+    if len(g.constants[node.input[1]].dims) != 4 or tuple(g.constants[node.input[1]].dims[2:]) != (1, 1):
+        return None                      # the shape before the data: the rules read every Conv on every pass
+    if _attr(node, "group", 1) != 1:
         return None
     if any(s != 1 for s in _attr(node, "strides", [1, 1])) or any(p != 0 for p in _attr(node, "pads", [0] * 4)):
         return None
@@ -172,7 +171,7 @@ def _pointwise_conv(g: _Graph, node: onnx.NodeProto) -> np.ndarray | None:
         return None
     if len(node.input) > 2 and node.input[2] and g.array(node.input[2]) is None:
         return None
-    return w
+    return g.array(node.input[1])
 
 
 def _spatial_upsample(g: _Graph, node: onnx.NodeProto) -> bool:
@@ -713,9 +712,8 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WI
     if weight is None or len(weight.dims) != 4 or tuple(weight.dims[2:]) != (3, 3) or min(weight.dims[:2]) < \
             min_channels:
         return None
-    w = g.array(node.input[1])
-    x_shape, y_shape = g.shapes.get(node.input[0]), g.shapes.get(node.output[0])
-    if w is None or w.ndim != 4 or w.shape[2:] != (3, 3) or x_shape is None or y_shape is None or len(y_shape) != 4:
+    y_shape = g.shapes.get(node.output[0])
+    if node.input[0] not in g.shapes or y_shape is None or len(y_shape) != 4:
         return None
     if any(s != 1 for s in _attr(node, "strides", [1, 1])) or any(d != 1 for d in _attr(node, "dilations", [1, 1])):
         return None
@@ -724,6 +722,7 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WI
     bias = g.array(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if len(node.input) > 2 and node.input[2] and bias is None:
         return None
+    w = g.array(node.input[1])
     m, c = w.shape[:2]
     n, _, ho, wo = y_shape
     th, tw = -(-ho // 2), -(-wo // 2)                      # output tiles of 2x2

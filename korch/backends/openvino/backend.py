@@ -53,7 +53,9 @@ A; µs median [p10-p90], and the ratio to B alone):
   convolutions in Winograd's form (1,900 nodes) 226-229 ms in 3 of 6 fresh processes and 272-278 ms
   in the other 3, its memory-bound nodes 2-4x slower and ~15 us lost between nodes; pinned, 8 of 8
   processes ran at 226-233 ms. yolov4 as given (300 nodes) ran at 282-288 ms either way (2 threads,
-  2026-12-04, AMD EPYC Zen 4 VM).
+  2026-12-04, AMD EPYC Zen 4 VM). Pinning does not help a process holding two compiled models called
+  in turn (the optimizer's, the bench's): both pinned, 3 of 6 such processes ran the rewritten yolov4
+  at ~272 ms instead of ~229; why is not known.
 """
 
 from __future__ import annotations
