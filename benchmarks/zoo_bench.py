@@ -143,8 +143,11 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
     korch = [sys.executable, "-m", "korch", "-q"]
     optimize = korch + ["optimize", name, "-o", str(work / "plan"), "--threads", str(threads),
                         "--cache", str(work / "profile-cache"), *flags]
+    link = {"optimize": [], "bench": []}      # the core link before and after each (benchmarks/core_link.py)
     if previous is None:
+        link["optimize"].append(_link())
         cold_s, cold_rss, code, log, cold_tree = timed(optimize, env, tree=True)
+        link["optimize"].append(_link())
         if code != 0:
             return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
         cold_stages = _stages(work / "plan")       # (the warm run writes the plan again)
@@ -158,17 +161,35 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         cold_stages = previous.get("cold_stages_s", {})
         cold_selection = previous.get("cold_selection", {})
     result_json = work / "bench.json"
+    link["bench"].append(_link())
     _, _, code, log, _ = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
                                      "--cache", str(work / "profile-cache"), "--json", str(result_json)], env)
     if code != 0:
         return {"model": name, "threads": threads, "error": f"bench failed ({code}): {log}"}
+    link["bench"].append(_link())
     result = json.loads(result_json.read_text())
-    result.update(cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss),
+    if previous is not None:
+        link["optimize"] = previous.get("core_link_ns", {}).get("optimize", [])
+    result.update(core_link_ns=link, cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss),
                   optimize_tree_peak_mb=max(cold_tree[0], warm_tree[0]),
                   optimize_tree_pss_peak_mb=max(cold_tree[1], warm_tree[1]),
                   optimize_tree_pss_peak_members=max(cold_tree, warm_tree, key=lambda t: t[1])[2],
                   cold_stages_s=cold_stages, cold_selection=cold_selection, predicted_ms=_predicted(work / "plan"))
     return result
+
+
+def _link() -> float | None:
+    """The core link's round trip now, in ns (None where it cannot be read: no C compiler, one CPU)."""
+    from core_link import link_ns
+
+    try:
+        return link_ns()
+    except (RuntimeError, OSError, SystemExit, subprocess.CalledProcessError):
+        return None
+
+
+def _links(readings: list) -> str:
+    return " / ".join("-" if x is None else f"{x:.0f}" for x in readings) or "-"
 
 
 def _summary(plan: Path) -> dict:
@@ -283,8 +304,12 @@ def table(results: list[dict]) -> str:
 
 
 def predicted_table(results: list[dict]) -> str:
-    """The kept plan's predicted time (its summary) against korch's median in the bench."""
-    head = "| model | threads | kernels by backend | predicted ms | measured ms | measured / predicted |"
+    """The kept plan's predicted time (its summary) against korch's median in the bench, with the core
+    link's round trip before and after the cold optimize (whose profiles the prediction uses) and the
+    bench: on a VM whose host moves its vCPUs apart and back, a 2-thread time belongs to its link state
+    (benchmarks/core_link.py)."""
+    head = ("| model | threads | kernels by backend | predicted ms | measured ms | measured / predicted "
+            "| core link ns, cold optimize (before / after) | core link ns, bench (before / after) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if "error" in r or not r.get("predicted_ms"):
@@ -292,7 +317,9 @@ def predicted_table(results: list[dict]) -> str:
         measured = r["systems"]["korch"]["median_ms"]
         lines.append(f"| {r['model']} | {r['threads']} | "
                      f"{', '.join(f'{k} {v}' for k, v in sorted(r['kernels_by_backend'].items()))} | "
-                     f"{r['predicted_ms']:.2f} | {measured:.2f} | {measured / r['predicted_ms']:.3f} |")
+                     f"{r['predicted_ms']:.2f} | {measured:.2f} | {measured / r['predicted_ms']:.3f} | "
+                     f"{_links(r.get('core_link_ns', {}).get('optimize', []))} | "
+                     f"{_links(r.get('core_link_ns', {}).get('bench', []))} |")
     return "\n".join(lines)
 
 

@@ -48,14 +48,13 @@ A; µs median [p10-p90], and the ratio to B alone):
   70x), and a pinned worker cannot leave a core another engine's thread spins on (OpenVINO right
   after a default onnxruntime session: 257 [80-5753] pinned, 6.1x; 128 [73-245] not, 2.4x).
 - A kernel that runs alone (one engine running the whole model: `CompileOptions.runs_alone`, and
-  `compile_file`, the model as OpenVINO's users compile it) keeps OpenVINO's default, pinned. Unpinned,
-  a model of many small nodes ran at one of two speeds, chosen per process: yolov4 with its 3x3
-  convolutions in Winograd's form (1,900 nodes) 226-229 ms in 3 of 6 fresh processes and 272-278 ms
-  in the other 3, its memory-bound nodes 2-4x slower and ~15 us lost between nodes; pinned, 8 of 8
-  processes ran at 226-233 ms. yolov4 as given (300 nodes) ran at 282-288 ms either way (2 threads,
-  2026-12-04, AMD EPYC Zen 4 VM). Pinning does not help a process holding two compiled models called
-  in turn (the optimizer's, the bench's): both pinned, 3 of 6 such processes ran the rewritten yolov4
-  at ~272 ms instead of ~229; why is not known.
+  `compile_file`, the model as OpenVINO's users compile it) keeps OpenVINO's default, pinned, so a
+  whole-model plan is compiled exactly as the bench's OpenVINO peer. (Stop 66 chose this for a
+  speed it credited to pinning: yolov4 with its 3x3 convolutions in Winograd's form, 1,900 small
+  nodes, ran at ~228 or ~275 ms, which looked chosen per process. It is not: one process reading the
+  model for minutes moves between the two speeds, in step with the round trip of a cache line
+  between the VM's two vCPUs, 52-75 ns or 325-354 ns as the host places them; pinned or not, one
+  compiled model or two. benchmarks/machine_drift.py, BENCHMARKS.md, 2026-12-05.)
 """
 
 from __future__ import annotations
