@@ -143,7 +143,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
     korch = [sys.executable, "-m", "korch", "-q"]
     optimize = korch + ["optimize", name, "-o", str(work / "plan"), "--threads", str(threads),
                         "--cache", str(work / "profile-cache"), *flags]
-    link = {"optimize": [], "bench": []}      # the core link before and after each (benchmarks/core_link.py)
+    link = {"optimize": []}      # the core link before and after the cold optimize (korch/profile/link.py)
     if previous is None:
         link["optimize"].append(_link())
         cold_s, cold_rss, code, log, cold_tree = timed(optimize, env, tree=True)
@@ -161,12 +161,10 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         cold_stages = previous.get("cold_stages_s", {})
         cold_selection = previous.get("cold_selection", {})
     result_json = work / "bench.json"
-    link["bench"].append(_link())
     _, _, code, log, _ = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
                                      "--cache", str(work / "profile-cache"), "--json", str(result_json)], env)
     if code != 0:
         return {"model": name, "threads": threads, "error": f"bench failed ({code}): {log}"}
-    link["bench"].append(_link())
     result = json.loads(result_json.read_text())
     if previous is not None:
         link["optimize"] = previous.get("core_link_ns", {}).get("optimize", [])
@@ -184,7 +182,7 @@ def _link() -> float | None:
 
     try:
         return link_ns()
-    except (RuntimeError, OSError, SystemExit, subprocess.CalledProcessError):
+    except (OSError, subprocess.SubprocessError):
         return None
 
 
@@ -304,23 +302,49 @@ def table(results: list[dict]) -> str:
 
 
 def predicted_table(results: list[dict]) -> str:
-    """The kept plan's predicted time (its summary) against korch's median in the bench, with the core
-    link's round trip before and after the cold optimize (whose profiles the prediction uses) and the
-    bench: on a VM whose host moves its vCPUs apart and back, a 2-thread time belongs to its link state
-    (benchmarks/core_link.py)."""
+    """The kept plan's predicted time (its summary) against korch's median in the bench. On a VM whose
+    host moves its vCPUs apart and back, a 2-thread time belongs to the core link's state
+    (korch/profile/link.py): the link read before and after the cold optimize (whose profiles the
+    prediction uses), korch's median in the bench's rounds of each state, and, where the optimize
+    began and ended in one state, the bench's rounds in that state against the prediction."""
     head = ("| model | threads | kernels by backend | predicted ms | measured ms | measured / predicted "
-            "| core link ns, cold optimize (before / after) | core link ns, bench (before / after) |")
+            "| link at cold optimize ns (before / after) | bench rounds near / far (ns) | korch near / far ms "
+            "| measured in the optimize's state / predicted |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if "error" in r or not r.get("predicted_ms"):
             continue
         measured = r["systems"]["korch"]["median_ms"]
-        lines.append(f"| {r['model']} | {r['threads']} | "
-                     f"{', '.join(f'{k} {v}' for k, v in sorted(r['kernels_by_backend'].items()))} | "
-                     f"{r['predicted_ms']:.2f} | {measured:.2f} | {measured / r['predicted_ms']:.3f} | "
-                     f"{_links(r.get('core_link_ns', {}).get('optimize', []))} | "
-                     f"{_links(r.get('core_link_ns', {}).get('bench', []))} |")
+        cols = [r["model"], str(r["threads"]),
+                ", ".join(f"{k} {v}" for k, v in sorted(r["kernels_by_backend"].items())),
+                f"{r['predicted_ms']:.2f}", f"{measured:.2f}", f"{measured / r['predicted_ms']:.3f}",
+                _links(r.get("core_link_ns", {}).get("optimize", []))]
+        states = r.get("core_link")
+        if states and states["rounds_near"] + states["rounds_far"]:
+            ns = lambda x: "-" if x is None else f"{x:.0f}"       # noqa: E731
+            ms = lambda d: f"{d['korch']:.2f}" if d else "-"     # noqa: E731
+            cols += [f"{states['rounds_near']} / {states['rounds_far']} ({ns(states['near_ns'])} / {ns(states['far_ns'])})",
+                     f"{ms(states['near_ms'])} / {ms(states['far_ms'])}"]
+            state = _optimize_state(r.get("core_link_ns", {}).get("optimize", []), states)
+            same = states.get(f"{state}_ms") if state else None
+            cols.append(f"{same['korch'] / r['predicted_ms']:.3f} ({state})" if same else "-")
+        else:
+            cols += ["-", "-", "-"]
+        lines.append("| " + " | ".join(cols) + " |")
     return "\n".join(lines)
+
+
+def _optimize_state(readings: list, states: dict) -> str | None:
+    """"near" or "far" when the optimize's readings before and after are both in that state, judged
+    against the nearest reading of the optimize and the bench (None if they differ or are missing)."""
+    from korch.profile.link import FAR_RATIO
+
+    known = [x for x in readings if x is not None]
+    if len(known) < 2:
+        return None
+    nearest = min([*known, *(x for x in states.get("readings_ns", []) if x is not None)])
+    said = {"far" if x >= FAR_RATIO * nearest else "near" for x in known}
+    return said.pop() if len(said) == 1 else None
 
 
 def stages_table(results: list[dict]) -> str:

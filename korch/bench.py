@@ -17,6 +17,7 @@ korch/bench_rss.py), since in one process they share it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -36,6 +37,7 @@ import onnx
 from korch.backends import CompileOptions, backend_names, get_backend
 from korch.backends.onnxruntime import make_session
 from korch.backends.reference import run_graph
+from korch.profile import link
 from korch.profile.database import ProfileDB
 from korch.profile.timing import Timing, measure, paired_ratio, side_by_side
 from korch.settings import AccuracyPolicy
@@ -144,7 +146,7 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
             for k, bucket in enumerate(session.plans.buckets):
                 feeds = random_feeds(bucket.plan.graph, seed)
                 result = _compare(model, model_path, None, bucket.plan, session, feeds, threads, rounds, settings,
-                                  Path(plan_dir) / f"bucket-{k}" if measure_rss else None)
+                                  Path(plan_dir) / f"bucket-{k}" if measure_rss else None, db.path.parent / "tools")
                 buckets.append({"bucket": k, "shapes": {n: list(s) for n, s in bucket.shapes.items()}, **result})
             return {"model": model_spec, "threads": threads, "buckets": buckets}
         t0 = time.perf_counter()
@@ -158,7 +160,7 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
             plan_dir = str(save_plan(plan, Path(tmp) / "plan"))
         stats = plan.summary
         result = _compare(model, model_path, zoo_name, plan, session, random_feeds(plan.graph, seed), threads, rounds,
-                          settings, Path(plan_dir) if measure_rss else None)
+                          settings, Path(plan_dir) if measure_rss else None, db.path.parent / "tools")
     return {
         "model": model_spec, "threads": threads, **result,
         "optimize_seconds": optimize_seconds,
@@ -168,10 +170,11 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
 
 
 def _compare(model: onnx.ModelProto, model_path: Path, zoo_name: str | None, plan, session,
-             feeds: dict[str, np.ndarray], threads: int, rounds: int, settings, rss_plan: Path | None
-             ) -> dict[str, Any]:
+             feeds: dict[str, np.ndarray], threads: int, rounds: int, settings, rss_plan: Path | None,
+             link_tools: Path | None = None) -> dict[str, Any]:
     """korch's `session` (running `plan`) and the peers on `feeds`, side by side; peak RSS of each in
-    its own process when `rss_plan` (the plan directory korch's process loads) is given."""
+    its own process when `rss_plan` (the plan directory korch's process loads) is given; with
+    `link_tools` (where the core link probe is built) and 2+ threads, each system per link state."""
     graph = plan.graph
     # onnxruntime as its users run it: default session settings, so its pool spins after a run
     # (korch's own onnxruntime kernels park it; that is korch's setting, not the baseline's).
@@ -203,7 +206,13 @@ def _compare(model: onnx.ModelProto, model_path: Path, zoo_name: str | None, pla
     for name, why in disagree.items():
         log.warning("%s disagrees with onnxruntime beyond the accuracy policy: %s", name, why)
     one = measure(systems[1].run, warmup=2, repeats=3, min_seconds=0.0).median_s
-    timings = side_by_side({s.name: s.run for s in systems}, rounds, one, warmup=3)
+    # The host can move the vCPUs apart mid-run (korch/profile/link.py): the link is read before
+    # each round, and each system reported in each state.
+    read_link = link.reader(link_tools) if threads > 1 and link_tools is not None else None
+    readings: list[float | None] = []
+    timings = side_by_side({s.name: s.run for s in systems}, rounds, one, warmup=3,
+                           between_rounds=(lambda: readings.append(read_link())) if read_link else None)
+    states = link.split(readings, {name: t.samples_s for name, t in timings.items()}) if read_link else None
     rss: dict[str, float | None] = {s.name: None for s in systems}
     if rss_plan is not None:
         shapes = ",".join(f"{n}={'x'.join(map(str, feeds[n].shape))}" for n in graph.inputs)
@@ -221,6 +230,7 @@ def _compare(model: onnx.ModelProto, model_path: Path, zoo_name: str | None, pla
         "notes": {s.name: s.note for s in systems if s.note},
         "max_rel_error": errors["korch"], "disagree": disagree, "rtol": settings.accuracy.rtol,
         "kernels": len(plan.steps), "kernels_by_backend": plan.kernels_by_backend(),
+        **({"core_link": {**dataclasses.asdict(states), "readings_ns": readings}} if states else {}),
     }
 
 
@@ -259,6 +269,8 @@ def format_table(result: dict[str, Any]) -> str:
     paired = f", {best['paired_speedup']:.2f}x paired round by round" if "paired_speedup" in best else ""
     lines.append(f"vs best: korch {best['speedup']:.2f}x against the fastest peer ({best['peer']}{paired}); "
                  f"onnxruntime: {result['onnxruntime_settings']}")
+    if "core_link" in result:
+        lines.append(link.LinkStates(**{k: v for k, v in result["core_link"].items() if k != "readings_ns"}).line())
     lines.append(f"rel err: max error vs onnxruntime relative to each output's scale (past {result['rtol']:.0e}, "
                  f"a system is judged against the float64 reference instead); kernels {result['kernels']} "
                  f"{result['kernels_by_backend']}")

@@ -48,8 +48,9 @@ in 16 depthwise convolutions, 16 1x1 convolutions and adds that every engine run
 model. No engine here does this itself on CPU: at batch 1 yolov4 runs at the machine's matrix rate,
 and only fewer flops can make it faster. yolov4's 33 such layers (61% of its 60 GFLOP): OpenVINO
 278 -> 228 ms, onnxruntime 551 -> 523 ms; candy's ten (with the sub-pixel rule): OpenVINO 87 -> 63 ms,
-onnxruntime 95 -> 88 ms, side by side (2 threads, 2026-12-04, benchmarks/rewrite_gain.py; OpenVINO runs
-a model of this many nodes at one of two speeds per process, BENCHMARKS.md).
+onnxruntime 95 -> 88 ms, side by side (2 threads, 2026-12-04, benchmarks/rewrite_gain.py; the OpenVINO
+figures are with the VM's two vCPUs near each other: placed apart by the host, the rewritten yolov4
+runs ~274 ms, korch/profile/link.py).
 """
 
 from __future__ import annotations

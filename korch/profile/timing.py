@@ -211,7 +211,8 @@ def median_known(samples: Sequence[float], precision: float) -> bool:
 def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup: int = DEFAULT_WARMUP,
                 calls_per_round: int = 1, settle_s: float = 0.0, turn_warmup: int = 0,
                 clock: Clock = time.perf_counter_ns,
-                decided: Callable[[Mapping[str, Sequence[float]]], bool] | None = None) -> dict[str, Timing]:
+                decided: Callable[[Mapping[str, Sequence[float]]], bool] | None = None,
+                between_rounds: Callable[[], object] | None = None) -> dict[str, Timing]:
     """Time several systems side by side: in each round every system runs `calls_per_round` calls.
 
     The order of the systems rotates from round to round, so no system always runs right after the
@@ -227,6 +228,7 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
 
     `decided(samples)`, asked after each round with every system's samples so far, ends the timing
     early when it says the rounds left could not change what the caller decides from them.
+    `between_rounds`, untimed, runs before each round (a reading of the machine's state to go with it).
     """
     _check_counts(warmup=warmup, repeats=rounds, max_runs=rounds)
     if turn_warmup < 0:
@@ -241,6 +243,8 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
             fns[name]()
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
+        if between_rounds is not None:
+            between_rounds()
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
             fn = fns[name]
@@ -260,13 +264,14 @@ def interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, *, warmup:
 def side_by_side(fns: Mapping[str, Callable[[], object]], rounds: int, one_call_s: float, *,
                  warmup: int = DEFAULT_WARMUP,
                  decided: Callable[[Mapping[str, Sequence[float]]], bool] | None = None,
-                 round_s: float = MIN_ROUND_SECONDS) -> dict[str, Timing]:
+                 round_s: float = MIN_ROUND_SECONDS,
+                 between_rounds: Callable[[], object] | None = None) -> dict[str, Timing]:
     """`interleaved` with the settings that make whole systems comparable on a busy machine: enough
     calls per round for `round_s` (given the time of one call), a settling pause and a warm-up call
     before each turn."""
     per_round = max(1, int(round_s / max(one_call_s, 1e-9)))
     return interleaved(fns, rounds, warmup=warmup, calls_per_round=per_round, settle_s=SETTLE_SECONDS,
-                       turn_warmup=TURN_WARMUP, decided=decided)
+                       turn_warmup=TURN_WARMUP, decided=decided, between_rounds=between_rounds)
 
 
 def median_ratio_decided(first: str, second: str, rounds: int, wins: Callable[[float], bool]
