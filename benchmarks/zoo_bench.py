@@ -143,7 +143,9 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
     korch = [sys.executable, "-m", "korch", "-q"]
     optimize = korch + ["optimize", name, "-o", str(work / "plan"), "--threads", str(threads),
                         "--cache", str(work / "profile-cache"), *flags]
-    link = {"optimize": []}      # the core link before and after the cold optimize (korch/profile/link.py)
+    # The core link (korch/profile/link.py) before and after the cold optimize, and the nearest and
+    # farthest its profiler read.
+    link: dict[str, list] = {"optimize": [], "profiling": []}
     if previous is None:
         link["optimize"].append(_link())
         cold_s, cold_rss, code, log, cold_tree = timed(optimize, env, tree=True)
@@ -151,6 +153,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         if code != 0:
             return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
         cold_stages = _stages(work / "plan")       # (the warm run writes the plan again)
+        link["profiling"] = list(_summary(work / "plan").get("profile_link_ns") or [])
         cold_selection = _selection(work / "plan")
         warm_s, warm_rss, code, _, warm_tree = timed(optimize, env, tree=True)
     else:
@@ -167,7 +170,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         return {"model": name, "threads": threads, "error": f"bench failed ({code}): {log}"}
     result = json.loads(result_json.read_text())
     if previous is not None:
-        link["optimize"] = previous.get("core_link_ns", {}).get("optimize", [])
+        link = {k: previous.get("core_link_ns", {}).get(k, []) for k in ("optimize", "profiling")}
     result.update(core_link_ns=link, cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss),
                   optimize_tree_peak_mb=max(cold_tree[0], warm_tree[0]),
                   optimize_tree_pss_peak_mb=max(cold_tree[1], warm_tree[1]),
@@ -308,7 +311,7 @@ def predicted_table(results: list[dict]) -> str:
     prediction uses), korch's median in the bench's rounds of each state, and, where the optimize
     began and ended in one state, the bench's rounds in that state against the prediction."""
     head = ("| model | threads | kernels by backend | predicted ms | measured ms | measured / predicted "
-            "| link at cold optimize ns (before / after) | bench rounds near / far (ns) | korch near / far ms "
+            "| link at cold optimize ns (before / after; nearest-farthest while profiling) | bench rounds near / far (ns) | korch near / far ms "
             "| measured in the optimize's state / predicted |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
@@ -318,14 +321,17 @@ def predicted_table(results: list[dict]) -> str:
         cols = [r["model"], str(r["threads"]),
                 ", ".join(f"{k} {v}" for k, v in sorted(r["kernels_by_backend"].items())),
                 f"{r['predicted_ms']:.2f}", f"{measured:.2f}", f"{measured / r['predicted_ms']:.3f}",
-                _links(r.get("core_link_ns", {}).get("optimize", []))]
+                _links(r.get("core_link_ns", {}).get("optimize", []))
+                + ("; " + "-".join(f"{x:.0f}" for x in r["core_link_ns"]["profiling"])
+                   if r.get("core_link_ns", {}).get("profiling") else "")]
         states = r.get("core_link")
         if states and states["rounds_near"] + states["rounds_far"]:
             ns = lambda x: "-" if x is None else f"{x:.0f}"       # noqa: E731
             ms = lambda d: f"{d['korch']:.2f}" if d else "-"     # noqa: E731
             cols += [f"{states['rounds_near']} / {states['rounds_far']} ({ns(states['near_ns'])} / {ns(states['far_ns'])})",
                      f"{ms(states['near_ms'])} / {ms(states['far_ms'])}"]
-            state = _optimize_state(r.get("core_link_ns", {}).get("optimize", []), states)
+            seen = r.get("core_link_ns", {})
+            state = _optimize_state([*seen.get("optimize", []), *seen.get("profiling", [])], states)
             same = states.get(f"{state}_ms") if state else None
             cols.append(f"{same['korch'] / r['predicted_ms']:.3f} ({state})" if same else "-")
         else:
@@ -335,7 +341,7 @@ def predicted_table(results: list[dict]) -> str:
 
 
 def _optimize_state(readings: list, states: dict) -> str | None:
-    """"near" or "far" when the optimize's readings before and after are both in that state, judged
+    """"near" or "far" when the optimize's readings (before, after, while profiling) are all in that state, judged
     against the nearest reading of the optimize and the bench (None if they differ or are missing)."""
     from korch.profile.link import FAR_RATIO
 

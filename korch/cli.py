@@ -232,6 +232,16 @@ def _optimize_buckets(args: argparse.Namespace, settings) -> int:
 REWRITES_SHOWN = 3
 
 
+def link_note(link_ns: tuple[float, float] | None) -> str:
+    """A clause for the profiled row when the host moved the vCPUs apart while profiling (profile/link.py)."""
+    from korch.profile.link import FAR_RATIO
+
+    if link_ns is None or link_ns[1] < FAR_RATIO * link_ns[0]:
+        return ""
+    return (f"; the host moved the vCPUs apart while profiling (core link {link_ns[0]:.0f}-{link_ns[1]:.0f} ns): "
+            f"some times were taken in each state, and a 2-thread time differs between them")
+
+
 def rewrites_line(notes: Sequence[str], shown: int = REWRITES_SHOWN) -> str:
     """The rewrites in a line: all of a few; of many, their count, the first `shown` and where the rest are."""
     if len(notes) <= shown + 1:
@@ -258,6 +268,7 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                      + (f"; {stats.profiled_again} timed again, the machine having run slow (its slowest "
                         f"reading {stats.machine_slowest:.2f}x its fastest)" if stats.profiled_again else "")
                      + (f"; {stats.compiled_ahead} compiled ahead in worker processes" if stats.compiled_ahead else "")
+                     + link_note(stats.profile_link_ns)
                      + (f"; guided by cost models on {', '.join(stats.guide.backends)}: {stats.guide.rounds} "
                         f"solve(s), {stats.guide.skipped} kernels never compiled"
                         + (f", {stats.guide.confirmed} kernel(s) of best split plans timed again as in their plan" if stats.guide.confirmed else "")

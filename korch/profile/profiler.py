@@ -32,6 +32,7 @@ from korch.candidates import Candidate, extract_subgraph
 from korch.frontend.regions import OnnxSource, region_model, region_model_sharing
 from korch.heap import keep_freed_blocks, release_freed_heap
 from korch.ir.graph import Graph
+from korch.profile import link
 from korch.profile.ahead import Ahead, AheadJob, compile_ahead, constant_bytes, scratch_directory
 from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
@@ -93,6 +94,7 @@ class ProfileOutcome:
     retimed: int = 0              # kernels timed again because the machine was slow when they were first timed
     slowest: float | None = None  # the machine's slowest speed reading over its fastest (None: not watched)
     ahead: int = 0                # kernels compiled ahead in worker processes and loaded (profile/ahead.py)
+    link: tuple[float, float] | None = None   # nearest and farthest core link read beside the speed (ns)
 
     def merged(self, more: ProfileOutcome) -> ProfileOutcome:
         """This outcome and `more`, a later profile of other pairs at the same tolerance: their records,
@@ -101,9 +103,11 @@ class ProfileOutcome:
         for phase, sec in more.seconds.items():
             seconds[phase] = seconds.get(phase, 0.0) + sec
         slowest = max((x for x in (self.slowest, more.slowest) if x is not None), default=None)
+        ends = [x for pair in (self.link, more.link) if pair is not None for x in pair]
         return ProfileOutcome({**self.records, **more.records}, self.measured + more.measured,
                               self.stored + more.stored, self.tolerance, self.fp32_error, seconds,
-                              self.retimed + more.retimed, slowest, self.ahead + more.ahead)
+                              self.retimed + more.retimed, slowest, self.ahead + more.ahead,
+                              (min(ends), max(ends)) if ends else None)
 
 
     def kernels_of(self, candidates: Iterable[Candidate], backends: Iterable[str]) -> dict[str, list[Candidate]]:
@@ -248,6 +252,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     watching = settings.watch_interval_s is not None and bool(jobs)
     watch = SpeedWatch(settings.watch_tolerance)
     reader: Callable[[], float] | None = speed_reader if watching else None
+    read_link = link.reader(db.path.parent / "tools") if watching and threads > 1 else None
     order: list[Job] = []                 # jobs in the order done, over both passes (SpeedWatch positions)
     last_read = 0.0
 
@@ -255,7 +260,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
         nonlocal last_read
         assert reader is not None
         t0 = time.perf_counter()
-        watch.read(len(order), reader())
+        watch.read(len(order), reader(), read_link() if read_link is not None else None)
         last_read = time.perf_counter()
         seconds["speed watch"] = seconds.get("speed watch", 0.0) + last_read - t0
 
@@ -433,7 +438,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                     "they are left out of this run's plan and profiled again next run",
                     len(transient), transient[0].reason)
     return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, retimed,
-                          watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0)
+                          watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0,
+                          watch.link_range())
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:

@@ -11,6 +11,10 @@ too was taken in a slow spell: then the faster of the two (a burst only ever mak
 When more than `watch_check` kernels are suspect, a random sample of that many is profiled again
 first, and the rest only if the sample came back faster: the sentinel can run slow alone (on the
 AMD host whole passes were flagged, and their kernels timed again measured what they had).
+
+With 2+ threads each reading also reads the core link (korch/profile/link.py): on a VM whose host
+moves the vCPUs apart and back, a profile belongs to the link state it was taken in, and the optimize
+summary says which states its profiles saw (`link_range`).
 """
 
 from __future__ import annotations
@@ -24,9 +28,16 @@ class SpeedWatch:
 
     tolerance: float
     readings: list[tuple[int, float]] = field(default_factory=list)
+    links: list[float] = field(default_factory=list)          # core link round trips read beside them, ns
 
-    def read(self, done: int, seconds: float) -> None:
+    def read(self, done: int, seconds: float, link_ns: float | None = None) -> None:
         self.readings.append((done, seconds))
+        if link_ns is not None:
+            self.links.append(link_ns)
+
+    def link_range(self) -> tuple[float, float] | None:
+        """The nearest and farthest core link read (None: not read)."""
+        return (min(self.links), max(self.links)) if self.links else None
 
     def fastest(self) -> float:
         return min(s for _, s in self.readings)

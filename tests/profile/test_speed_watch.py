@@ -3,6 +3,8 @@ more than the tolerance above the run's fastest) are timed again, and the faster
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -173,3 +175,28 @@ def test_a_sample_that_comes_back_faster_has_every_suspect_timed_again(tmp_path:
         outcome = profile(graph, pools, db, 1, "m", replace(QUICK, watch_check=3), speed_reader=reader)
     assert outcome.retimed == 10 and set(timed.values()) == {2}
     assert {r.median_s for r in outcome.records.values()} == {1e-3}       # the second profiles, at speed
+
+
+def test_the_core_link_read_beside_each_speed_reading_is_kept_as_its_nearest_and_farthest() -> None:
+    watch = SpeedWatch(0.25)
+    assert watch.link_range() is None
+    for done, seconds, link_ns in [(0, 1.0, 60.0), (3, 1.0, None), (5, 1.2, 710.0), (9, 1.0, 55.0)]:
+        watch.read(done, seconds, link_ns)
+    assert watch.link_range() == (55.0, 710.0) and len(watch.readings) == 4
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or not (shutil.which("cc") or shutil.which("gcc")),
+                    reason="the core link needs two CPUs and a C compiler")
+def test_a_profile_at_two_threads_reads_the_core_link_and_one_thread_does_not(tmp_path: Path) -> None:
+    from korch.cli import link_note
+
+    graph = _graph()
+    pools = _pool(graph, 3)
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        two = profile(graph, pools, db, 2, "m", QUICK, speed_reader=lambda: 1.0)
+    assert two.link is not None and 1.0 < two.link[0] <= two.link[1] < 1e6
+    assert two.merged(replace(two, link=(two.link[0], 50 * two.link[1]))).link == (two.link[0], 50 * two.link[1])
+    with ProfileDB(tmp_path / "q.sqlite") as db:
+        assert profile(graph, pools, db, 1, "m", QUICK, speed_reader=lambda: 1.0).link is None
+    assert link_note((55.0, 80.0)) == "" and link_note(None) == ""
+    assert "moved the vCPUs apart while profiling (core link 55-710 ns)" in link_note((55.0, 710.0))
