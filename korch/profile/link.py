@@ -111,19 +111,20 @@ def _build(tools: Path) -> Path | None:
     if cc is None:
         log.info("no core link readings: no C compiler (set CC)")
         return None
-    tools.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=tools) as tmp:
-        src, out = Path(tmp) / "core_link.c", Path(tmp) / "core_link"
-        src.write_text(SOURCE)
-        try:
-            done = subprocess.run([cc, "-O2", "-pthread", str(src), "-o", str(out)], capture_output=True, text=True)
-        except OSError as e:
-            log.info("no core link readings: %s", e)
-            return None
-        if done.returncode != 0:
-            log.info("no core link readings: %s failed: %s", cc, done.stderr.strip()[:300])
-            return None
-        out.replace(binary)          # (atomic: a reader never runs a half-written binary)
+    try:
+        tools.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=tools) as tmp:
+            src, out = Path(tmp) / "core_link.c", Path(tmp) / "core_link"
+            src.write_text(SOURCE)
+            done = subprocess.run([cc, "-O2", "-pthread", str(src), "-o", str(out)], capture_output=True,
+                                  text=True, timeout=120)
+            if done.returncode != 0:
+                log.info("no core link readings: %s failed: %s", cc, done.stderr.strip()[:300])
+                return None
+            out.replace(binary)          # (atomic: a reader never runs a half-written binary)
+    except (OSError, subprocess.SubprocessError) as e:      # no compiler there, a read-only cache, a hang
+        log.info("no core link readings: %s", e)
+        return None
     return binary
 
 
@@ -142,7 +143,11 @@ def reader(tools: Path, cpus: tuple[int, int] | None = None) -> Callable[[], flo
     argv = [str(binary), str(TRIPS), str(REPS), str(cpus[0]), str(cpus[1])]
 
     def read() -> float | None:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:      # (a reading is never worth failing a run)
+            log.info("core link not read: %s", e)
+            return None
         if done.returncode != 0:
             log.info("core link not read: %s", done.stderr.strip())
             return None

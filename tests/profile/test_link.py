@@ -88,3 +88,9 @@ def test_bench_at_two_threads_reports_the_link_with_its_rounds(tmp_path: Path, c
     states = result["core_link"]
     assert len(states["readings_ns"]) == 3 and states["rounds_near"] + states["rounds_far"] + states["unread"] == 3
     assert "core link" in capsys.readouterr().out
+
+
+def test_a_cache_that_cannot_hold_the_probe_means_no_reader_not_a_failure(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    assert link.reader(blocked / "tools", (0, 1)) is None
