@@ -153,7 +153,9 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         if code != 0:
             return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
         cold_stages = _stages(work / "plan")       # (the warm run writes the plan again)
-        link["profiling"] = list(_summary(work / "plan").get("profile_link_ns") or [])
+        cold = _summary(work / "plan")
+        link["profiling"] = list(cold.get("profile_link_ns") or [])
+        link["whole"] = {b: list(v) for b, v in (cold.get("whole_model_link_ns") or {}).items()}
         cold_selection = _selection(work / "plan")
         warm_s, warm_rss, code, _, warm_tree = timed(optimize, env, tree=True)
     else:
@@ -171,6 +173,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
     result = json.loads(result_json.read_text())
     if previous is not None:
         link = {k: previous.get("core_link_ns", {}).get(k, []) for k in ("optimize", "profiling")}
+        link["whole"] = previous.get("core_link_ns", {}).get("whole", {})
     result.update(core_link_ns=link, cold_optimize_s=cold_s, warm_optimize_s=warm_s, optimize_peak_rss_mb=max(cold_rss, warm_rss),
                   optimize_tree_peak_mb=max(cold_tree[0], warm_tree[0]),
                   optimize_tree_pss_peak_mb=max(cold_tree[1], warm_tree[1]),
@@ -308,10 +311,11 @@ def predicted_table(results: list[dict]) -> str:
     """The kept plan's predicted time (its summary) against korch's median in the bench. On a VM whose
     host moves its vCPUs apart and back, a 2-thread time belongs to the core link's state
     (korch/profile/link.py): the link read before and after the cold optimize (whose profiles the
-    prediction uses), korch's median in the bench's rounds of each state, and, where the optimize
-    began and ended in one state, the bench's rounds in that state against the prediction."""
+    prediction uses), korch's median in the bench's rounds of each state, and the bench's rounds in
+    the prediction's state against it: for a one-engine plan the state its whole model was profiled
+    in, else the optimize's when all it read agrees."""
     head = ("| model | threads | kernels by backend | predicted ms | measured ms | measured / predicted "
-            "| link at cold optimize ns (before / after; nearest-farthest while profiling) | bench rounds near / far (ns) | korch near / far ms "
+            "| link at cold optimize ns (before / after; nearest-farthest while profiling; around each whole model's profile) | bench rounds near / far (ns) | korch near / far ms "
             "| measured in the optimize's state / predicted |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
@@ -323,7 +327,8 @@ def predicted_table(results: list[dict]) -> str:
                 f"{r['predicted_ms']:.2f}", f"{measured:.2f}", f"{measured / r['predicted_ms']:.3f}",
                 _links(r.get("core_link_ns", {}).get("optimize", []))
                 + ("; " + "-".join(f"{x:.0f}" for x in r["core_link_ns"]["profiling"])
-                   if r.get("core_link_ns", {}).get("profiling") else "")]
+                   if r.get("core_link_ns", {}).get("profiling") else "")
+                + "".join(f"; {b}'s whole model {_links(v)}" for b, v in r.get("core_link_ns", {}).get("whole", {}).items())]
         states = r.get("core_link")
         if states and states["rounds_near"] + states["rounds_far"]:
             ns = lambda x: "-" if x is None else f"{x:.0f}"       # noqa: E731
@@ -331,7 +336,11 @@ def predicted_table(results: list[dict]) -> str:
             cols += [f"{states['rounds_near']} / {states['rounds_far']} ({ns(states['near_ns'])} / {ns(states['far_ns'])})",
                      f"{ms(states['near_ms'])} / {ms(states['far_ms'])}"]
             seen = r.get("core_link_ns", {})
-            state = _optimize_state([*seen.get("optimize", []), *seen.get("profiling", [])], states)
+            # a one-kernel plan's prediction is its whole model's profile: the link read around it,
+            # where the profiler read it; else everything the cold optimize read
+            (backend, count), = r["kernels_by_backend"].items() if len(r["kernels_by_backend"]) == 1 else [(None, 0)]
+            around = seen.get("whole", {}).get(backend, []) if count == 1 else []
+            state = _optimize_state(around or [*seen.get("optimize", []), *seen.get("profiling", [])], states)
             same = states.get(f"{state}_ms") if state else None
             cols.append(f"{same['korch'] / r['predicted_ms']:.3f} ({state})" if same else "-")
         else:

@@ -195,6 +195,7 @@ class OptimizeStats:
     compiled_ahead: int               # compiled ahead in worker processes, then loaded to be timed (profile/ahead.py)
     machine_slowest: float | None     # the machine's slowest speed reading while profiling over its fastest
     profile_link_ns: tuple[float, float] | None   # nearest and farthest core link read while profiling (profile/link.py)
+    whole_model_link_ns: dict[str, tuple[float, ...]]   # backend -> the link read around its whole model's profiles here
     guide: GuideStats                 # guided profiling: which backends, solves, pairs never compiled
     kernel_tolerance: float           # kernels were accepted within this error of the reference
     fp32_error: float | None          # onnxruntime's own error on the model, which set that tolerance
@@ -410,6 +411,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,
         profiled_cached=profiled.stored, profiled_again=profiled.retimed,
         compiled_ahead=profiled.ahead, machine_slowest=profiled.slowest, profile_link_ns=profiled.link,
+        whole_model_link_ns=dict(profiled.whole_links),
         guide=guide, kernel_tolerance=profiled.tolerance, fp32_error=profiled.fp32_error,
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,
         check_worst=check.worst(),

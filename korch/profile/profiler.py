@@ -95,6 +95,9 @@ class ProfileOutcome:
     slowest: float | None = None  # the machine's slowest speed reading over its fastest (None: not watched)
     ahead: int = 0                # kernels compiled ahead in worker processes and loaded (profile/ahead.py)
     link: tuple[float, float] | None = None   # nearest and farthest core link read beside the speed (ns)
+    # backend -> the core link read before and after each time its whole model was compiled and
+    # timed here (ns): the link state that whole model's profile, a one-kernel plan's prediction, is for
+    whole_links: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def merged(self, more: ProfileOutcome) -> ProfileOutcome:
         """This outcome and `more`, a later profile of other pairs at the same tolerance: their records,
@@ -107,7 +110,9 @@ class ProfileOutcome:
         return ProfileOutcome({**self.records, **more.records}, self.measured + more.measured,
                               self.stored + more.stored, self.tolerance, self.fp32_error, seconds,
                               self.retimed + more.retimed, slowest, self.ahead + more.ahead,
-                              (min(ends), max(ends)) if ends else None)
+                              (min(ends), max(ends)) if ends else None,
+                              {b: self.whole_links.get(b, ()) + more.whole_links.get(b, ())
+                               for b in {*self.whole_links, *more.whole_links}})
 
 
     def kernels_of(self, candidates: Iterable[Candidate], backends: Iterable[str]) -> dict[str, list[Candidate]]:
@@ -254,6 +259,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     reader: Callable[[], float] | None = speed_reader if watching else None
     read_link = link.reader(db.path.parent / "tools") if watching and threads > 1 else None
     order: list[Job] = []                 # jobs in the order done, over both passes (SpeedWatch positions)
+    whole_links: dict[str, tuple[float, ...]] = {}
     last_read = 0.0
 
     def read_speed() -> None:
@@ -317,10 +323,18 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             job, env = next(stream)
             seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
             assert job is ordered[done - 1]
+            whole = read_link is not None and job.candidate.size == len(graph.nodes)
+            before = read_link() if whole and read_link is not None else None
             record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
                                   sweep_of(job), keep,
                                   ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
                                   compiled.pop(done - 1, None))
+            if whole and read_link is not None:
+                read = tuple(x for x in (before, read_link()) if x is not None)
+                whole_links[job.backend] = whole_links.get(job.backend, ()) + read
+                log.info("profile: %s's whole model %s with the core link at %s ns", job.backend,
+                         f"at {record.median_s * 1e3:.2f} ms" if record.median_s else "not timed",
+                         " / ".join(f"{x:.0f}" for x in read) or "-")
             pair = (job.candidate.key, job.backend)
             if again:
                 second[pair] = record
@@ -439,7 +453,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                     len(transient), transient[0].reason)
     return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, retimed,
                           watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0,
-                          watch.link_range())
+                          watch.link_range(), whole_links)
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:

@@ -200,3 +200,21 @@ def test_a_profile_at_two_threads_reads_the_core_link_and_one_thread_does_not(tm
         assert profile(graph, pools, db, 1, "m", QUICK, speed_reader=lambda: 1.0).link is None
     assert link_note((55.0, 80.0)) == "" and link_note(None) == ""
     assert "moved the vCPUs apart while profiling (core link 55-710 ns)" in link_note((55.0, 710.0))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or not (shutil.which("cc") or shutil.which("gcc")),
+                    reason="the core link needs two CPUs and a C compiler")
+def test_the_link_is_read_around_each_whole_model_profile_at_two_threads(tmp_path: Path) -> None:
+    from korch.candidates.regions import whole_model_region
+
+    graph = _graph()
+    pools = {"onnxruntime": [*_pool(graph, 2)["onnxruntime"], whole_model_region(graph)]}
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, pools, db, 2, "m", QUICK, speed_reader=lambda: 1.0)
+    assert set(outcome.whole_links) == {"onnxruntime"} and len(outcome.whole_links["onnxruntime"]) == 2
+    assert all(1.0 < x < 1e6 for x in outcome.whole_links["onnxruntime"])
+    merged = outcome.merged(replace(outcome, whole_links={"onnxruntime": (700.0, 710.0), "openvino": (50.0, 52.0)}))
+    assert merged.whole_links == {"onnxruntime": (*outcome.whole_links["onnxruntime"], 700.0, 710.0),
+                                  "openvino": (50.0, 52.0)}
+    with ProfileDB(tmp_path / "q.sqlite") as db:
+        assert profile(graph, pools, db, 1, "m", QUICK, speed_reader=lambda: 1.0).whole_links == {}
