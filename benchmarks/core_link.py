@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from korch.profile.link import FAR_RATIO, reader  # noqa: E402
+from korch.profile.link import reader  # noqa: E402
 
 DEFAULT_CACHE = Path.home() / ".cache" / "korch"
 
@@ -24,10 +24,6 @@ DEFAULT_CACHE = Path.home() / ".cache" / "korch"
 def link_ns(cache: Path = DEFAULT_CACHE) -> float | None:
     read = reader(cache / "tools")
     return read() if read is not None else None
-
-
-def far(reading: float, nearest: float) -> bool:
-    return reading >= FAR_RATIO * nearest
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ blocks of `--block` back-to-back calls; between blocks, three probes: a 256x256 
 round trip of a cache line between CPUs 0 and 1 (benchmarks/core_link.py). Printed: each one's block
 medians with p10-p90 and the coefficient of variation across blocks, the correlation of the system's
 block medians with each probe's and the variation of system / probe, and the system's block medians
-split by the core link's state (near, or at least core_link.FAR_RATIO times the nearest reading).
+split by the core link's state (far: at least korch/profile/link.py's FAR_RATIO times the nearest reading).
 If the system tracks a probe, a time taken on this machine is only comparable with one taken in the
 same state of that probe; if it tracks none, the drift is the floor under any "predicted within x%"
 figure whose prediction was measured minutes before the plan.
@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "korch")
     args = p.parse_args(argv)
 
-    from core_link import FAR_RATIO, far, link_ns
+    from core_link import link_ns
+
+    from korch.profile.link import FAR_RATIO, far
 
     with tempfile.TemporaryDirectory() as scratch:
         call, name = _system(args, Path(scratch))
@@ -87,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                   "matmul probe ms": lambda: _block(lambda: [a @ a for _ in range(20)], args.block),
                   "memory probe ms": lambda: _block(lines.sum, args.block),
                   "core link ns": lambda: link_ns()}
+        if link_ns() is None:
+            print("no core link reading (one CPU or no C compiler): that probe left out")
+            del blocks["core link ns"]
         for fn in blocks.values():
             fn()
         rows = []
@@ -102,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         ratio = r[:, 0] / r[:, k]
         print(f"  {name} ~ {label}: correlation {np.corrcoef(r[:, 0], r[:, k])[0, 1]:.2f}, "
               f"cv of {name} / probe {ratio.std() / ratio.mean():.3f}")
+    if "core link ns" not in blocks:
+        return 0
     link = r[:, -1]
     apart = np.array([far(x, link.min()) for x in link])
     for state, mask in (("near", ~apart), (f"far (>= {FAR_RATIO:g}x the nearest)", apart)):

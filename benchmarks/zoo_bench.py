@@ -186,10 +186,7 @@ def _link() -> float | None:
     """The core link's round trip now, in ns (None where it cannot be read: no C compiler, one CPU)."""
     from core_link import link_ns
 
-    try:
-        return link_ns()
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return link_ns()
 
 
 def _links(readings: list) -> str:
@@ -316,7 +313,7 @@ def predicted_table(results: list[dict]) -> str:
     in, else the optimize's when all it read agrees."""
     head = ("| model | threads | kernels by backend | predicted ms | measured ms | measured / predicted "
             "| link at cold optimize ns (before / after; nearest-farthest while profiling; around each whole model's profile) | bench rounds near / far (ns) | korch near / far ms "
-            "| measured in the optimize's state / predicted |")
+            "| measured in the prediction's state / predicted |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if "error" in r or not r.get("predicted_ms"):
@@ -338,8 +335,9 @@ def predicted_table(results: list[dict]) -> str:
             seen = r.get("core_link_ns", {})
             # a one-kernel plan's prediction is its whole model's profile: the link read around it,
             # where the profiler read it; else everything the cold optimize read
-            (backend, count), = r["kernels_by_backend"].items() if len(r["kernels_by_backend"]) == 1 else [(None, 0)]
-            around = seen.get("whole", {}).get(backend, []) if count == 1 else []
+            kernels = r["kernels_by_backend"]
+            alone = next(iter(kernels)) if list(kernels.values()) == [1] else None
+            around = seen.get("whole", {}).get(alone, [])
             state = _optimize_state(around or [*seen.get("optimize", []), *seen.get("profiling", [])], states)
             same = states.get(f"{state}_ms") if state else None
             cols.append(f"{same['korch'] / r['predicted_ms']:.3f} ({state})" if same else "-")
@@ -350,15 +348,15 @@ def predicted_table(results: list[dict]) -> str:
 
 
 def _optimize_state(readings: list, states: dict) -> str | None:
-    """"near" or "far" when the optimize's readings (before, after, while profiling) are all in that state, judged
-    against the nearest reading of the optimize and the bench (None if they differ or are missing)."""
-    from korch.profile.link import FAR_RATIO
+    """"near" or "far" when `readings` (of the optimize) are all in that state, judged against the
+    nearest reading of the optimize and the bench (None if they differ or are fewer than two)."""
+    from korch.profile.link import far
 
     known = [x for x in readings if x is not None]
     if len(known) < 2:
         return None
     nearest = min([*known, *(x for x in states.get("readings_ns", []) if x is not None)])
-    said = {"far" if x >= FAR_RATIO * nearest else "near" for x in known}
+    said = {"far" if far(x, nearest) else "near" for x in known}
     return said.pop() if len(said) == 1 else None
 
 

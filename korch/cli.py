@@ -234,9 +234,9 @@ REWRITES_SHOWN = 3
 
 def link_note(link_ns: tuple[float, float] | None) -> str:
     """A clause for the profiled row when the host moved the vCPUs apart while profiling (profile/link.py)."""
-    from korch.profile.link import FAR_RATIO
+    from korch.profile.link import far
 
-    if link_ns is None or link_ns[1] < FAR_RATIO * link_ns[0]:
+    if link_ns is None or not far(link_ns[1], link_ns[0]):
         return ""
     return (f"; the host moved the vCPUs apart while profiling (core link {link_ns[0]:.0f}-{link_ns[1]:.0f} ns): "
             f"some times were taken in each state, and a 2-thread time differs between them")

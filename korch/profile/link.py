@@ -100,6 +100,11 @@ int main(int argc, char **argv) {
 """
 
 
+def far(reading: float, nearest: float) -> bool:
+    """Whether a reading is in the far state, given the nearest read in the same run."""
+    return reading >= FAR_RATIO * nearest
+
+
 def _build(tools: Path) -> Path | None:
     """The probe's binary, compiled into `tools` once per version of SOURCE (None: no C compiler, or
     it failed, with the reason logged)."""
@@ -192,12 +197,13 @@ def split(readings: Sequence[float | None], samples_s: Mapping[str, Sequence[flo
     if not read:
         return LinkStates(None, None, 0, 0, rounds, {}, {})
     nearest = min(x for _, x in read)
-    near = [r for r, x in read if x < FAR_RATIO * nearest]
-    far = [r for r, x in read if x >= FAR_RATIO * nearest]
+    near = [r for r, x in read if not far(x, nearest)]
+    apart = [r for r, x in read if far(x, nearest)]
 
     def medians(rs: list[int]) -> dict[str, float]:
         return {name: statistics.median(s[r] for r in rs) * 1e3 for name, s in samples_s.items()} if rs else {}
 
     def typical(rs: list[int]) -> float | None:
         return statistics.median(readings[r] for r in rs) if rs else None   # type: ignore[type-var]
-    return LinkStates(typical(near), typical(far), len(near), len(far), rounds - len(read), medians(near), medians(far))
+    return LinkStates(typical(near), typical(apart), len(near), len(apart), rounds - len(read), medians(near),
+                      medians(apart))

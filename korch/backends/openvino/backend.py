@@ -53,7 +53,7 @@ A; µs median [p10-p90], and the ratio to B alone):
   speed it credited to pinning: yolov4 with its 3x3 convolutions in Winograd's form, 1,900 small
   nodes, ran at ~228 or ~275 ms, which looked chosen per process. It is not: one process reading the
   model for minutes moves between the two speeds, in step with the round trip of a cache line
-  between the VM's two vCPUs, 52-75 ns or 325-354 ns as the host places them; pinned or not, one
+  between the VM's two vCPUs, 52-75 ns or 310-735 ns as the host places them; pinned or not, one
   compiled model or two. benchmarks/machine_drift.py, BENCHMARKS.md, 2026-12-05.)
 """
 
