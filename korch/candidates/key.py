@@ -32,6 +32,6 @@ def structural_key(graph: Graph, nodes: Sequence[Node], inputs: Sequence[str], o
                 else:
                     args.append(f"w{graph.types[v]}")
         local[node.output] = f"n{k}"
-        parts.append(f"n{k}={node.op}[{node.attrs!r}]({','.join(args)}):{graph.types[node.output]}")
+        parts.append(f"n{k}={node.signature}({','.join(args)}):{graph.types[node.output]}")
     parts.append(f"out {' '.join(local[o] for o in outputs)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

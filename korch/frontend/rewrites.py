@@ -686,12 +686,11 @@ MIN_WINOGRAD_CHANNELS = 128
 
 
 def _winograd_weights(w: np.ndarray) -> np.ndarray:
-    """G w G^T for every filter of w [M, C, 3, 3], as [4, 4, M, C] in float64: two products of large
-    matrices (a batch of 3x3 ones took yolov4's 33 layers a second)."""
+    """G w G^T for every filter of w [M, C, 3, 3], as [4, 4, M, C] in float64: one product of the
+    16 x 9 matrix kron(G, G) with the filters as columns (entry (a, b) of G f G^T is the sum over
+    (j, k) of G_aj G_bk f_jk). yolov4's 33 layers: 0.65 s as two products of skinny matrices, 0.1 s."""
     m, c = w.shape[:2]
-    right = w.astype(np.float64).reshape(-1, 3) @ _WINOGRAD_G.T                      # [M C 3, 4]: w G^T
-    left = _WINOGRAD_G @ right.reshape(m * c, 3, 4).transpose(1, 0, 2).reshape(3, -1)   # [4, M C 4]: G w G^T
-    return left.reshape(4, m, c, 4).transpose(0, 3, 1, 2)
+    return (np.kron(_WINOGRAD_G, _WINOGRAD_G) @ w.reshape(m * c, 9).T.astype(np.float64)).reshape(4, 4, m, c)
 
 
 def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WINOGRAD_CHANNELS) -> Rewrite | None:

@@ -83,6 +83,11 @@ class Node:
     def klass(self) -> PrimClass:
         return op_spec(self.op).klass
 
+    @cached_property
+    def signature(self) -> str:
+        """`op[attrs]` as text: what a candidate's key says of this node besides its values."""
+        return f"{self.op}[{self.attrs!r}]"
+
 
 @dataclass(frozen=True)
 class Value:
