@@ -17,6 +17,9 @@ from korch.backends import get_backend
 from korch.backends.reference import run_graph
 from korch.candidates import Candidate, enumerate_candidates, opaque_regions, region_candidates
 from korch.candidates.regions import balanced_tiling, whole_model_region
+from korch.candidates.store import decode as decode_candidates
+from korch.candidates.store import encode as encode_candidates
+from korch.candidates.store import set_key
 from korch.costmodel.features import FEATURES_VERSION, features_by_key
 from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
@@ -237,15 +240,28 @@ class CandidateSet:
         return self.small + self.regions
 
 
-def enumerate_all(graph: Graph, settings: OptimizeSettings) -> CandidateSet:
+def enumerate_all(graph: Graph, settings: OptimizeSettings, db: ProfileDB | None = None) -> CandidateSet:
     """Small candidates, and regions of whole ONNX nodes (at least one per opaque node: only an
-    ONNX engine runs those, as their original node); with `settings.whole_models`, the whole model alone."""
+    ONNX engine runs those, as their original node); with `settings.whole_models`, the whole model
+    alone. With `db`, a graph's candidates are read back from an earlier run where it stored them
+    (candidates/store.py), and stored where it did not."""
     t0 = time.perf_counter()
     require_onnx_engine(graph, settings.backends)
     if settings.whole_models:
         return CandidateSet((), (whole_model_region(graph),), time.perf_counter() - t0)
+    key = set_key(graph, settings.limits, settings.regions) if db is not None else None
+    if key is not None and (blob := db.candidate_set(key)) is not None:
+        if (stored := decode_candidates(blob, graph)) is not None:
+            small, regions = stored
+            log.info("candidates: %d primitives -> %d candidates and %d regions, as an earlier run enumerated them",
+                     len(graph.nodes), len(small), len(regions))
+            return CandidateSet(small, regions, time.perf_counter() - t0)
+        log.warning("candidates: the set stored for this graph in %s does not fit it; enumerating them again",
+                    db.path)
     small = enumerate_candidates(graph, settings.limits)
     regions = region_candidates(graph, settings.regions) if settings.regions is not None else opaque_regions(graph)
+    if key is not None:
+        db.put_candidate_set(key, encode_candidates(small, regions))
     return CandidateSet(tuple(small), tuple(regions), time.perf_counter() - t0)
 
 
@@ -368,7 +384,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     graph = fissioned.graph
     onnx_source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), graph)
     fissioned = replace(fissioned, model=onnx_source.model)     # the model with its weights held once, in `graph`
-    cands = enumerate_all(graph, settings)
+    cands = enumerate_all(graph, settings, db)
     pools = profile_pools(graph, cands, settings)
     universe = candidate_universe(cands, settings)
     remember_features(db, model_label(source), graph, universe)

@@ -152,6 +152,17 @@ CREATE TABLE IF NOT EXISTS rewrite_checks (
     created_at REAL NOT NULL
 ) WITHOUT ROWID;
 """
+# A graph's candidates (korch/candidates/store.py): a compressed blob of ~1 MB per model, so a rowid
+# table (SQLite keeps large rows out of a WITHOUT ROWID table's b-tree poorly), and only the most
+# recently stored CANDIDATE_SETS_KEPT of them.
+_CANDIDATE_SETS = """
+CREATE TABLE IF NOT EXISTS candidate_sets (
+    set_key TEXT PRIMARY KEY,
+    blob BLOB NOT NULL,
+    created_at REAL NOT NULL
+);
+"""
+CANDIDATE_SETS_KEPT = 32
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
 _COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT"),
                                   ("checked", "TEXT"), ("schedule", "TEXT")),
@@ -183,6 +194,7 @@ CREATE TABLE IF NOT EXISTS profiles (
 {_GUIDED}
 {_REFILLS}
 {_REWRITE_CHECKS}
+{_CANDIDATE_SETS}
 """
 
 
@@ -506,6 +518,20 @@ class ProfileDB:
         self._write_many("INSERT OR REPLACE INTO rewrite_checks (check_key, created_at) VALUES (?, ?)",
                          [(check_key, time.time())])
 
+    def candidate_set(self, set_key: str) -> bytes | None:
+        """A graph's stored candidates (korch/candidates/store.py), or None."""
+        rows = self._query("SELECT blob FROM candidate_sets WHERE set_key = ?", (set_key,))
+        return bytes(rows[0][0]) if rows and isinstance(rows[0][0], (bytes, memoryview)) else None
+
+    def put_candidate_set(self, set_key: str, blob: bytes) -> None:
+        """Store a graph's candidates, and drop all but the CANDIDATE_SETS_KEPT most recently stored
+        sets (a replaced row takes a new rowid)."""
+        self._transaction([
+            ("INSERT OR REPLACE INTO candidate_sets (set_key, blob, created_at) VALUES (?, ?, ?)",
+             [(set_key, blob, time.time())]),
+            ("DELETE FROM candidate_sets WHERE set_key NOT IN "
+             "(SELECT set_key FROM candidate_sets ORDER BY rowid DESC LIMIT ?)", [(CANDIDATE_SETS_KEPT,)])])
+
     def put_refills(self, samples: Iterable[RefillSample], backend_version: Mapping[str, str], threads: int,
                     machine: str) -> None:
         """Store kernels timed back to back and after a sweep (korch/profile/refill.py), each under its
@@ -655,7 +681,8 @@ def _open_once(path: Path) -> sqlite3.Connection:
 
 
 def _add_new_columns(conn: sqlite3.Connection) -> None:
-    for table in (_SELECTIONS, _BOUNDARIES, _FEATURES, _SIGHTINGS, _GUIDED, _REFILLS, _REWRITE_CHECKS):
+    for table in (_SELECTIONS, _BOUNDARIES, _FEATURES, _SIGHTINGS, _GUIDED, _REFILLS, _REWRITE_CHECKS,
+                  _CANDIDATE_SETS):
         conn.execute(table)
     for table, columns in _COLUMNS_ADDED.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
