@@ -1,6 +1,6 @@
 """What computing one 3x3 convolution by Winograd's F(2x2, 3x3) is worth to each engine, per layer shape.
 
-    python benchmarks/winograd_layers.py [--threads 2] [--rounds 15] [--layers C,K,H,W ...]
+    python benchmarks/winograd_layers.py [--threads 2] [--rounds 15] [--layers C,K,H,W ...] [--compact]
 
 Each layer is a model of one 3x3 stride-1 convolution (pads 1, bias) of C channels to K at HxW,
 batch 1, and the same model after korch's `winograd_conv3x3` rewrite (korch/frontend/rewrites.py),
@@ -10,6 +10,13 @@ hint, f32), side by side in one process (rounds of turns, each after a pause and
 `korch bench`'s protocol). Printed per layer: each engine's medians with p10-p90 and direct over
 Winograd, and the rewritten layer's largest error against the direct one relative to the output's
 scale, on a random input. The default layers are yolov4's and candy's 3x3 stride-1 shapes.
+
+`--compact` adds a third form of the same F(2x2, 3x3) in 9-10 nodes instead of the rule's 58: one
+grouped convolution makes all 16 transformed inputs (16 output channels per input channel), a
+Transpose puts the 16 positions first, one batched MatMul multiplies them by the 16 transformed
+filters, a second MatMul by A^T (x) A^T makes the four output parities, DepthToSpace interleaves
+them, and the bias is added once. With `--link`, the rounds are also split by the VM's core link
+read before each (korch/profile/link.py): near and far medians per form.
 """
 
 from __future__ import annotations
@@ -44,12 +51,51 @@ def conv_model(c: int, k: int, h: int, w: int) -> onnx.ModelProto:
     return model
 
 
+def compact_model(c: int, k: int, h: int, w: int) -> onnx.ModelProto:
+    """`conv_model`'s layer by Winograd's F(2x2, 3x3) in few nodes (the module's `--compact`)."""
+    from korch.frontend.rewrites import _WINOGRAD_AT, _WINOGRAD_BT, _winograd_weights
+
+    direct = conv_model(c, k, h, w)
+    weights = {t.name: numpy_helper.to_array(t) for t in direct.graph.initializer}
+    th, tw = -(-h // 2), -(-w // 2)
+    taps = np.stack([np.outer(_WINOGRAD_BT[i], _WINOGRAD_BT[j]) for i in range(4) for j in range(4)])
+    parities = np.array([[_WINOGRAD_AT[p, i] * _WINOGRAD_AT[q, j] for i in range(4) for j in range(4)]
+                         for p in range(2) for q in range(2)])
+    consts = {"taps": np.broadcast_to(taps[None], (c, 16, 4, 4)).reshape(16 * c, 1, 4, 4),
+              "u": _winograd_weights(weights["w"]).reshape(16, k, c), "at": parities,
+              "bias": weights["b"].reshape(k, 1, 1)}
+    shapes = {"s_tiles": [1, c, 16, th * tw], "s_products": [1, 16, k * th * tw], "s_parities": [1, 4 * k, th, tw]}
+    nodes = [helper.make_node("Conv", ["x", "taps"], ["v"], kernel_shape=[4, 4], strides=[2, 2], group=c,
+                              pads=[1, 1, 1 + h % 2, 1 + w % 2]),
+             helper.make_node("Reshape", ["v", "s_tiles"], ["v16"]),
+             helper.make_node("Transpose", ["v16"], ["vt"], perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["u", "vt"], ["m"]),
+             helper.make_node("Reshape", ["m", "s_products"], ["m16"]),
+             helper.make_node("MatMul", ["at", "m16"], ["y4"]),
+             helper.make_node("Reshape", ["y4", "s_parities"], ["yp"]),
+             helper.make_node("DepthToSpace", ["yp"], ["ys"], blocksize=2, mode="DCR"),
+             helper.make_node("Add", ["ys", "bias"], ["y" if not (h % 2 or w % 2) else "yb"])]
+    inits = [numpy_helper.from_array(np.ascontiguousarray(v, np.float32), n) for n, v in consts.items()]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in shapes.items()]
+    if h % 2 or w % 2:
+        nodes.append(helper.make_node("Slice", ["yb", "crop_start", "crop_end", "crop_axes"], ["y"]))
+        inits += [numpy_helper.from_array(np.array(v, np.int64), n)
+                  for n, v in (("crop_start", [0, 0]), ("crop_end", [h, w]), ("crop_axes", [2, 3]))]
+    graph = helper.make_graph(nodes, "conv3x3_winograd_compact", list(direct.graph.input), list(direct.graph.output),
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return model
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--engines", default="onnxruntime,openvino")
     p.add_argument("--layers", nargs="*", help="C,K,H,W each (default: yolov4's and candy's)")
+    p.add_argument("--compact", action="store_true", help="also time F(2x2, 3x3) in 9-10 nodes (see above)")
+    p.add_argument("--link", action="store_true", help="split the rounds by the core link read before each")
     args = p.parse_args(argv)
 
     from rewrite_gain import engine_call
@@ -61,32 +107,46 @@ def main(argv: list[str] | None = None) -> int:
 
     layers = [tuple(int(v) for v in s.split(",")) for s in args.layers] if args.layers else LAYERS
     engines = args.engines.split(",")
+    forms = ("winograd", "compact") if args.compact else ("winograd",)
     rule = functools.partial(winograd_conv3x3, min_channels=1)
+    read = None
+    if args.link:
+        from korch.profile import link
+        read = link.reader(Path(scratch_dir := tempfile.mkdtemp()) / "tools")
+        if read is None:
+            print(f"no core-link probe here (a C compiler and two CPUs; tools in {scratch_dir}): rounds not split")
     print(f"{args.threads} threads, side by side, {args.rounds} rounds\n")
-    print("| C -> K, HxW | max error | " + " | ".join(f"{e} direct ms | {e} Winograd ms | direct / Winograd"
-                                                     for e in engines) + " |")
-    print("|---|---:|" + "---|---|---:|" * len(engines))
+    heads = [f"{e} direct ms" for e in engines] + [f"{e} {f} ms | direct / {f}" for e in engines for f in forms]
+    print("| C -> K, HxW | max error | " + " | ".join(heads) + " |")
+    print("|---|---:|" + "---|" * len(engines) + "---|---:|" * len(engines) * len(forms))
     scratch = tempfile.TemporaryDirectory()
     for c, k, h, w in layers:
         model = load_model(conv_model(c, k, h, w))
         rewritten, notes = rewrite_model(model, rules=(rule,))
         assert len(notes) == 1, notes
+        models = {"direct": model, "winograd": rewritten}
+        if args.compact:
+            models["compact"] = compact_model(c, k, h, w)
         feeds = {"x": np.random.default_rng(1).standard_normal((1, c, h, w)).astype(np.float32)}
-        err = max(d.rel for d in diff_outputs(run_onnxruntime(rewritten, feeds), run_onnxruntime(model, feeds)))
+        expected = run_onnxruntime(model, feeds)
+        errors = [max(d.rel for d in diff_outputs(run_onnxruntime(models[f], feeds), expected)) for f in forms]
         paths = {}
-        for name, m in (("direct", model), ("winograd", rewritten)):
+        for name, m in models.items():
             paths[name] = Path(scratch.name) / f"{name}.onnx"
             onnx.save(m, paths[name])
         fns = {(e, name): engine_call(path, e, args.threads, feeds) for e in engines for name, path in paths.items()}
         one = measure(next(iter(fns.values())), warmup=1, repeats=3).median_s
-        t = side_by_side(fns, args.rounds, one)
-        cells = []
-        for e in engines:
-            a, b = t[e, "direct"], t[e, "winograd"]
-            cells.append(f"{a.median_s * 1e3:.2f} ({a.p10_s * 1e3:.2f}-{a.p90_s * 1e3:.2f}) | "
-                         f"{b.median_s * 1e3:.2f} ({b.p10_s * 1e3:.2f}-{b.p90_s * 1e3:.2f}) | "
-                         f"{a.median_s / b.median_s:.2f}x")
-        print(f"| {c} -> {k}, {h}x{w} | {err:.1e} | " + " | ".join(cells) + " |", flush=True)
+        readings: list[float | None] = []
+        t = side_by_side(fns, args.rounds, one, between_rounds=(lambda: readings.append(read())) if read else None)
+
+        def cell(x) -> str:
+            return f"{x.median_s * 1e3:.2f} ({x.p10_s * 1e3:.2f}-{x.p90_s * 1e3:.2f})"
+        cells = [cell(t[e, "direct"]) for e in engines]
+        cells += [f"{cell(t[e, f])} | {t[e, 'direct'].median_s / t[e, f].median_s:.2f}x" for e in engines for f in forms]
+        print(f"| {c} -> {k}, {h}x{w} | {' / '.join(f'{x:.1e}' for x in errors)} | " + " | ".join(cells) + " |",
+              flush=True)
+        if read is not None:
+            print("    " + link.split(readings, {f"{e} {n}": t[e, n].samples_s for e, n in fns}).line(), flush=True)
     scratch.cleanup()
     return 0
 
