@@ -573,3 +573,29 @@ def test_a_passed_rewrite_check_is_remembered_and_another_model_is_checked(tmp_p
         assert "passed their check on this model before" not in caplog.text
     assert len(first.rewrites) == len(again.rewrites) == len(other.rewrites) == 1
     assert again.model.SerializeToString() == first.model.SerializeToString()
+
+
+def test_a_model_digest_changes_with_any_weight_byte_or_node_and_not_with_a_copy() -> None:
+    """The rewrite check's key hashes the model without serializing its weights (pipeline.model_digest):
+    it must still tell apart models that differ in one weight's bytes, an attribute or an initializer's
+    name, and agree on copies."""
+    from korch.pipeline import model_digest
+
+    model = _conv3x3_model()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    assert model_digest(copy) == model_digest(model)
+    one_weight = onnx.ModelProto()
+    one_weight.CopyFrom(model)
+    w = numpy_helper.to_array(one_weight.graph.initializer[0]).copy()
+    w.flat[7] += 1.0
+    one_weight.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, one_weight.graph.initializer[0].name))
+    pads = onnx.ModelProto()
+    pads.CopyFrom(model)
+    next(a for a in pads.graph.node[0].attribute if a.name == "pads").ints[0] = 0
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(model)
+    renamed.graph.initializer[0].name = "w_other"
+    digests = {model_digest(m) for m in (model, one_weight, pads, renamed)}
+    assert len(digests) == 4
+    assert model.graph.initializer[0].HasField("raw_data")         # the argument is left as it was
