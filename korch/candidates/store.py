@@ -68,6 +68,8 @@ def decode(blob: bytes, graph: Graph) -> tuple[tuple[Candidate, ...], tuple[Cand
             nodes, inputs, outputs, key, onnx_nodes = row
             if not nodes or min(nodes) < 0 or max(nodes) >= n:
                 raise ValueError("a node index outside the graph")
+            if min((*inputs, *outputs, key)) < 0:
+                raise ValueError("a negative index")          # (Python would read it from the end)
             return Candidate(tuple(nodes), tuple(values[i] for i in inputs), tuple(values[i] for i in outputs),
                              keys[key], tuple(onnx_nodes))
         small = tuple(candidate(r) for r in doc["small"])

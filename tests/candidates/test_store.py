@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import zlib
@@ -73,6 +74,9 @@ def test_a_set_that_does_not_fit_the_graph_is_not_trusted() -> None:
     assert store.decode(blob, one) is None                   # node indices beyond the smaller graph
     assert store.decode(b"not zlib", one) is None
     assert store.decode(zlib.compress(b'{"keys": 3}'), one) is None
+    negative = json.loads(zlib.decompress(store.encode(small.small, small.regions)))
+    negative["small"][0][3] = -1                             # a key index read from the end
+    assert store.decode(zlib.compress(json.dumps(negative).encode()), other) is None
     mine = enumerate_all(one, SETTINGS)
     moved = [type(c)(c.nodes, c.outputs, c.inputs, c.key, c.onnx_nodes) if c.inputs != c.outputs else c
              for c in mine.small]                           # inputs and outputs swapped: names fit, boundaries not
