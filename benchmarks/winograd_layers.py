@@ -109,17 +109,17 @@ def main(argv: list[str] | None = None) -> int:
     engines = args.engines.split(",")
     forms = ("winograd", "compact") if args.compact else ("winograd",)
     rule = functools.partial(winograd_conv3x3, min_channels=1)
+    scratch = tempfile.TemporaryDirectory()
     read = None
     if args.link:
         from korch.profile import link
-        read = link.reader(Path(scratch_dir := tempfile.mkdtemp()) / "tools")
+        read = link.reader(Path(scratch.name) / "tools")
         if read is None:
-            print(f"no core-link probe here (a C compiler and two CPUs; tools in {scratch_dir}): rounds not split")
+            print("no core-link probe here (it needs a C compiler and two CPUs): rounds not split")
     print(f"{args.threads} threads, side by side, {args.rounds} rounds\n")
     heads = [f"{e} direct ms" for e in engines] + [f"{e} {f} ms | direct / {f}" for e in engines for f in forms]
     print("| C -> K, HxW | max error | " + " | ".join(heads) + " |")
     print("|---|---:|" + "---|" * len(engines) + "---|---:|" * len(engines) * len(forms))
-    scratch = tempfile.TemporaryDirectory()
     for c, k, h, w in layers:
         model = load_model(conv_model(c, k, h, w))
         rewritten, notes = rewrite_model(model, rules=(rule,))

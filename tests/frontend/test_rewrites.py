@@ -576,10 +576,10 @@ def test_a_passed_rewrite_check_is_remembered_and_another_model_is_checked(tmp_p
 
 
 def test_a_model_digest_changes_with_any_weight_byte_or_node_and_not_with_a_copy() -> None:
-    """The rewrite check's key hashes the model without serializing its weights (pipeline.model_digest):
+    """The rewrite check's key hashes the model without serializing its weights (onnx_import.model_digest):
     it must still tell apart models that differ in one weight's bytes, an attribute or an initializer's
     name, and agree on copies."""
-    from korch.pipeline import model_digest
+    from korch.frontend.onnx_import import model_digest
 
     model = _conv3x3_model()
     copy = onnx.ModelProto()
