@@ -273,9 +273,12 @@ class PlanChecker:
     error against the float64 reference, within `tolerance(e)` where e is onnxruntime's own error
     against that reference on those inputs (OutputCheck)."""
 
-    def __init__(self, graph: Graph, model: onnx.ModelProto, seeds: Sequence[int], rtol: float,
-                 tolerance: Callable[[float], float], shared: Mapping[str, np.ndarray] | None = None) -> None:
-        """`shared`: the data of the model's stand-in initializers (OnnxSource.arrays)."""
+    def __init__(self, graph: Graph, model: onnx.ModelProto | Callable[[], onnx.ModelProto], seeds: Sequence[int],
+                 rtol: float, tolerance: Callable[[float], float],
+                 shared: Mapping[str, np.ndarray] | None = None) -> None:
+        """`model`: the model onnxruntime runs, or a function reading it, called only when a plan is
+        first checked (a model read from a file is then not held through profiling). `shared`: the
+        data of the model's stand-in initializers (OnnxSource.arrays)."""
         self.graph, self.model, self.seeds, self.rtol, self.tolerance = graph, model, tuple(seeds), rtol, tolerance
         self.shared = shared
         self._feeds: dict[int, dict[str, np.ndarray]] = {}
@@ -292,7 +295,7 @@ class PlanChecker:
             # Every seed's outputs in one go, and the session goes with this call: kept for later
             # plans, a whole-model session held the model's weights again (and its packed copies)
             # through all of measured selection, when optimize's memory peaks.
-            run = onnxruntime_runner(self.model, shared=self.shared)
+            run = onnxruntime_runner(self.model() if callable(self.model) else self.model, shared=self.shared)
             for s in dict.fromkeys((*self.seeds, seed)):
                 if s not in self._expected:
                     self._expected[s] = run(self.feeds(s))

@@ -161,16 +161,26 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         for c in candidates:
             if c.size != whole and c.key not in stored:
                 pending.setdefault((c.key, name), c)
+    refused: dict[tuple[str, str], Record] = {}
+    illegal = [] if done else _refuse_illegal(graph, pending, refused, db, settings, machine)
+    legal = len(pending)
+    # The spread sample (below) is drawn now and timed with the whole models: its small kernels give
+    # the speed watch its sentinel before the whole models, which sort last, are timed, so their
+    # profiles are read on both sides and timed again if the machine ran slow (a whole model alone
+    # in this call had no reading at all), and selection can trust two profiles taken at the
+    # machine's speed in one core-link state (korch/select/measured.py `_profiles_compare`).
+    spread = _calibration_sample(pending, models, ps.guide_spread_sample, settings.seed + 1) \
+        if ps.guide_spread_sample and not done else {}
+    for name, pairs in spread.items():
+        first_pools[name] = [*first_pools.get(name, ()), *(pending.pop(pair) for pair in pairs)]
     outcome = _profile(graph, first_pools, db, settings, machine, source, progress, keep=keep, reference=reference)
     if done:                      # a warm run: what the finished guided profiling measured, nothing more
         log.info("guided profiling of this model finished before: reading its %d records", len(outcome.records))
         return outcome, GuideStats(tuple(sorted(models)), 0, len(pending), True)
-    records = dict(outcome.records)
-    pending = {pair: c for pair, c in pending.items() if pair not in records}
+    records = {**outcome.records, **refused}
     if not pending:               # every kernel is measured already (a warm run): no solve can ask for more
-        return outcome, GuideStats(tuple(sorted(models)), 0, 0, True)
-    illegal = _refuse_illegal(graph, pending, records, db, settings, machine)
-    legal = len(pending)
+        return replace(outcome, records=records, measured=outcome.measured + len(illegal)), \
+            GuideStats(tuple(sorted(models)), 0, 0, True)
     predicted = _predicted_costs(graph, pending, models, settings, db)
     usable = _usable(records, outcome.tolerance)
     got = outcome
@@ -198,11 +208,9 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                        for name in sorted(scale)))
     optimism = dict.fromkeys(models, ps.guide_optimism)
     expectation = dict.fromkeys(models, 1.0)
-    if ps.guide_spread_sample:
-        drawn = _calibration_sample(pending, models, ps.guide_spread_sample, settings.seed + 1)
-        measure_drawn(drawn)
-        optimism = _spread_optimism(usable, predicted, scale, drawn, ps.guide_spread_quantile, ps.guide_optimism)
-        expectation = _spread_expectation(usable, predicted, scale, drawn, ps.guide_optimism)
+    if spread:
+        optimism = _spread_optimism(usable, predicted, scale, spread, ps.guide_spread_quantile, ps.guide_optimism)
+        expectation = _spread_expectation(usable, predicted, scale, spread, ps.guide_optimism)
         log.info("guided profiling: from the spread of %d random kernel(s) per backend, measured / rescaled "
                  "predicted at least (median) %s", ps.guide_spread_sample,
                  ", ".join(f"{name} {optimism[name]:.2f} ({expectation[name]:.2f})" for name in sorted(optimism)))
@@ -396,8 +404,21 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     # batch took segformer-b0 69 s instead of 51).
     wholes = {name: [c for c in own if c.size == whole
                      and compiled_in_place(graph, c, name, ps, source)] for name, own in carry.items()}
-    if any(wholes.values()):
-        absorb(wholes)
+    everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
+    problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
+                             + _problem_key(everything, {}, settings, machine).encode()).hexdigest()
+    solved = db.guided_done(problem)
+    # A floor counts a linear primitive never timed alone as free: guided profiling leaves most of them
+    # untimed (yolox-nano: floors 11-24x under the kernels they were for). They are cheap to time on
+    # the other backends, so the floors get them first, timed with the whole models: being small and
+    # quick to compile, one of them is the speed watch's sentinel before the whole models (which sort
+    # last) are timed, so their profiles are read at the machine's speed or known not to be.
+    best = best_times(unique, records, got.tolerance)
+    lone = {c.key for c in unique if _linear_alone(graph, c) and c.key not in best} if not solved else set()
+    want = {name: list({c.key: c for c in cs if c.key in lone and (c.key, name) not in records}.values())
+            for name, cs in pools.items()}
+    if any(wholes.values()) or any(want.values()):
+        absorb({name: [*want.get(name, ()), *wholes.get(name, ())] for name in {*want, *wholes}})
         carry = {name: [c for c in own if c not in wholes[name]] for name, own in carry.items()}
     for name in regions:
         if carry.get(name) and (reason := _far_behind(name, regions[name], pools, usable, whole, ps.tiles_within)):
@@ -410,25 +431,13 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         40 kernels took 73 + 46 s against 99 s together)."""
         absorb({name: [*carry.pop(name, ()), *want.get(name, ())] for name in {*want, *carry}})
 
-    everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
-    problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
-                             + _problem_key(everything, {}, settings, machine).encode()).hexdigest()
     pending: dict[tuple[str, str], Candidate] = {}
     illegal: list[Record] = []
     rounds, stable = 0, True
-    if not db.guided_done(problem):
+    if not solved:
         pending = {(c.key, name): c for name in regions for c in unique
                    if (c.key, name) not in records and not _linear_alone(graph, c)}
         illegal = _refuse_illegal(graph, pending, records, db, settings, machine)
-        best = best_times(unique, records, got.tolerance)
-        # A floor counts a linear primitive never timed alone as free: guided profiling leaves most
-        # of them untimed (yolox-nano: floors 11-24x under the kernels they were for). They are
-        # cheap to time on the other backends, so the floors get them first.
-        lone = {c.key for c in unique if _linear_alone(graph, c) and c.key not in best}
-        want = {name: list({c.key: c for c in cs if c.key in lone and (c.key, name) not in records}.values())
-                for name, cs in pools.items()}
-        if any(want.values()):
-            absorb(want)
         bandwidth = MachinePeaks.measure().bytes_per_s
         alone = {c.nodes[0]: c for c in small if _linear_alone(graph, c)}
         floors: dict[tuple[str, str], float] = {}

@@ -98,6 +98,27 @@ class ProfileOutcome:
     # backend -> the core link read before and after each time its whole model was compiled and
     # timed here (ns): the link state that whole model's profile, a one-kernel plan's prediction, is for
     whole_links: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    # backends whose whole model was profiled here with the machine's speed watched and found normal
+    # (not in a slow spell, or timed again out of it): a profile only the core link can have moved
+    whole_at_speed: frozenset[str] = frozenset()
+
+    def whole_state(self, backend: str, threads: int) -> str | None:
+        """The machine's state while `backend`'s whole model was profiled in this run: "near" or "far"
+        (the core link before and after it, korch/profile/link.py, judged against the nearest link read
+        in the run), "one thread" (no link to cross), or None where it cannot be said: not profiled
+        here, the speed not watched or slow, the link not read or changing state during the profile.
+        Two whole models profiled in one state compare by their profiles (measured selection's
+        second look is for those that do not)."""
+        if backend not in self.whole_at_speed:
+            return None
+        if threads <= 1:
+            return "one thread"
+        links = self.whole_links.get(backend, ())
+        if not links:
+            return None
+        nearest = min((*links, *(x for v in self.whole_links.values() for x in v), *(self.link or ())))
+        states = {link.far(x, nearest) for x in links}
+        return None if len(states) > 1 else "far" if states.pop() else "near"
 
     def merged(self, more: ProfileOutcome) -> ProfileOutcome:
         """This outcome and `more`, a later profile of other pairs at the same tolerance: their records,
@@ -112,7 +133,8 @@ class ProfileOutcome:
                               self.retimed + more.retimed, slowest, self.ahead + more.ahead,
                               (min(ends), max(ends)) if ends else None,
                               {b: self.whole_links.get(b, ()) + more.whole_links.get(b, ())
-                               for b in {*self.whole_links, *more.whole_links}})
+                               for b in {*self.whole_links, *more.whole_links}},
+                              self.whole_at_speed | more.whole_at_speed)
 
 
     def kernels_of(self, candidates: Iterable[Candidate], backends: Iterable[str]) -> dict[str, list[Candidate]]:
@@ -453,7 +475,23 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                     len(transient), transient[0].reason)
     return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, retimed,
                           watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0,
-                          watch.link_range(), whole_links)
+                          watch.link_range(), whole_links, _whole_at_speed(graph, order, watch, records))
+
+
+def _whole_at_speed(graph: Graph, order: Sequence[Job], watch: SpeedWatch,
+                    records: Mapping[tuple[str, str], Record]) -> frozenset[str]:
+    """Backends whose whole model was timed here, its record kept from a timing outside every slow
+    spell the speed watch saw (a kernel timed again after one keeps its second profile, or the faster
+    of two slow ones: then it is not at speed). Without readings, no profile is known to be at speed."""
+    if not watch.readings:
+        return frozenset()
+    suspect = set(watch.suspects())
+    clean: dict[tuple[str, str], bool] = {}
+    for k, job in enumerate(order):
+        if job.candidate.size == len(graph.nodes):
+            pair = (job.candidate.key, job.backend)
+            clean[pair] = clean.get(pair, False) or k not in suspect
+    return frozenset(pair[1] for pair, ok in clean.items() if ok and records[pair].status is Status.OK)
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:

@@ -37,7 +37,8 @@ close contenders wrongly. So:
    and joins the duels if it is within the factor after all (`_second_look`; it is checked only
    then); not if its engine
    compiles slowly and the cache keeps no compiled kernel of it (Inductor's whole model took 45 s to
-   compile again for a look).
+   compile again for a look), nor if both profiles were taken in this run at the machine's speed and
+   in one core-link state (`_profiles_compare`: nothing was left to slow one of them).
    Before they are timed, the split plan and each contender are checked against onnxruntime on
    fresh random inputs (verify.PlanChecker: the accuracy policy that also judges the final plan).
    A split plan that disagrees is not dropped at once: its errors add up from kernels that each
@@ -304,13 +305,16 @@ class _Context:
     def __init__(self, graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                  source: OnnxSource | None, settings: OptimizeSettings, machine: str,
                  boundaries: BoundaryModel, checker: PlanChecker | None,
-                 store: tuple[Path, str] | None = None) -> None:
+                 store: tuple[Path, str] | None = None, whole_states: Mapping[str, str | None] | None = None,
+                 ) -> None:
         from korch import __version__
 
         self.graph, self.steps, self.source, self.settings = graph, steps, source, settings
         self.checker = checker
         self.boundaries = boundaries
         self.store = store          # (cache dir, weights digest): where compiled kernels are kept (plan/store.py)
+        # backend -> the machine's state while its whole model was profiled (ProfileOutcome.whole_state)
+        self.whole_states = dict(whole_states or {})
         self.machine, self.version = machine, __version__
         everything = frozenset(range(len(graph.nodes)))
         self.whole: dict[str, Option] = {}
@@ -580,15 +584,18 @@ class _Context:
 def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                        source: OnnxSource | None, settings: OptimizeSettings, machine: str,
                        db: ProfileDB | None = None, boundaries: BoundaryModel | None = None,
-                       checker: PlanChecker | None = None, weights: str | None = None) -> Selected:
+                       checker: PlanChecker | None = None, weights: str | None = None,
+                       whole_states: Mapping[str, str | None] | None = None) -> Selected:
     """The fastest plan as measured, of those that pass `checker`: the best split plan or one engine's
     whole model (module doc). `boundaries`: the machine's calibrated boundary costs (None: boundaries
     cost nothing). `checker`: None checks nothing (the caller checks the plan kept). `weights`: the
     digest of the model's constants (Graph.constants_digest); a remembered plan that passed its check
-    on the same weights is returned as it is, neither compiled, timed nor checked again."""
+    on the same weights is returned as it is, neither compiled, timed nor checked again. `whole_states`:
+    backend -> the machine's state while its whole model was profiled in this run
+    (ProfileOutcome.whole_state; None or absent: unknown), which decides `_second_look`s."""
     ctx = _Context(graph, options, steps, source, settings, machine,
                    boundaries if boundaries is not None else BoundaryModel(), checker,
-                   (db.path.parent, weights) if db is not None and weights is not None else None)
+                   (db.path.parent, weights) if db is not None and weights is not None else None, whole_states)
     problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
@@ -804,6 +811,24 @@ def _second_look(ctx: _Context, champion: _Contender, other: _Contender) -> bool
     return joins
 
 
+def _profiles_compare(ctx: _Context, backend: str) -> str | None:
+    """Why `backend`'s whole model, beyond `contender_factor` of the cheapest whole model's profile, needs
+    no second look (None: it does). A look guards against a profile the machine slowed; where both
+    profiles were taken in this run at the machine's speed and in one core-link state, nothing is left
+    to slow one of them. (yolov4: the looks at onnxruntime's and Inductor's whole models, profiled at
+    2.6x and 1.7x OpenVINO's, took 26 s of a cold optimize, and loading Inductor's beside OpenVINO's
+    was the optimize's memory peak, 4.5 GB.)"""
+    cheapest = min(ctx.whole, key=lambda b: ctx.whole[b].cost)
+    state = ctx.whole_states.get(backend)
+    ratio = ctx.whole[backend].cost / ctx.whole[cheapest].cost
+    if state is None or state != ctx.whole_states.get(cheapest) or \
+            ratio <= ctx.settings.selection.contender_factor:
+        return None
+    where = "on one thread" if state == "one thread" else f"with the core link {state}"
+    return (f"{_who(backend)}, profiled at {_ms(ctx.whole[backend].cost)}, {ratio:.2f}x {_who(cheapest)} "
+            f"profiled in the same state ({where}, at the machine's speed)")
+
+
 @dataclass
 class _Contender:
     """A compiled, checked plan in the comparison: SPLIT or one engine's whole model (not yet checked
@@ -939,6 +964,9 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
                 log.info("%s, profiled at %s, beyond %.2fx: not timed again (its kernel is not kept compiled, and "
                          "compiling it is slow)", _who(backend), _ms(ctx.whole[backend].cost),
                          ctx.settings.selection.contender_factor)
+                continue
+            if (why := _profiles_compare(ctx, backend)) is not None:
+                log.info("%s: not timed again", why)
                 continue
             if (c := admit(backend, look=True)) is not None:
                 meet(c)

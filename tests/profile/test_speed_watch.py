@@ -15,7 +15,7 @@ from korch.candidates import enumerate_candidates
 from korch.ir.graph import GraphBuilder
 from korch.ir.types import DType, TensorType
 from korch.profile.database import ProfileDB, Record, Rejection, Status
-from korch.profile.profiler import _second_profile, profile
+from korch.profile.profiler import ProfileOutcome, _second_profile, profile
 from korch.profile.speed import SpeedWatch
 from korch.settings import OptimizeSettings, ProfileSettings
 
@@ -91,6 +91,47 @@ def test_a_whole_model_timed_in_a_slow_spell_is_timed_again_where_it_compiles_qu
     with ProfileDB(tmp_path / "p.sqlite") as db:
         outcome = profile(graph, {"onnxruntime": [whole]}, db, 1, "m", QUICK, speed_reader=reader)
     assert outcome.retimed == 1 and outcome.records[(whole.key, "onnxruntime")].status is Status.OK
+    assert outcome.whole_at_speed == {"onnxruntime"}           # its second profile, after a normal reading
+
+
+def test_a_whole_model_is_at_speed_only_with_a_profile_kept_from_outside_every_slow_spell(tmp_path: Path) -> None:
+    """Selection trusts a whole model's profile over another's only when neither was taken in a slow
+    spell (ProfileOutcome.whole_state): slow through both of its timings, or never watched, it is not."""
+    graph = _graph()
+    whole = next(c for c in enumerate_candidates(graph, OptimizeSettings().limits) if c.size == len(graph.nodes))
+    calls = []
+
+    def slow_after_first() -> float:
+        calls.append(1)
+        return 1.0 if len(calls) == 1 else 3.0
+
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        slow = profile(graph, {"onnxruntime": [whole]}, db, 1, "m", QUICK, speed_reader=slow_after_first)
+    assert slow.retimed == 1 and slow.whole_at_speed == frozenset() and slow.whole_state("onnxruntime", 1) is None
+    with ProfileDB(tmp_path / "q.sqlite") as db:
+        steady = profile(graph, {"onnxruntime": [whole]}, db, 1, "m", QUICK, speed_reader=lambda: 1.0)
+    assert steady.whole_at_speed == {"onnxruntime"} and steady.whole_state("onnxruntime", 1) == "one thread"
+    assert steady.whole_state("openvino", 1) is None               # not profiled in this run
+    with ProfileDB(tmp_path / "r.sqlite") as db:
+        unwatched = profile(graph, {"onnxruntime": [whole]}, db, 1, "m", replace(QUICK, watch_interval_s=None),
+                            speed_reader=lambda: 1.0)
+    assert unwatched.whole_at_speed == frozenset()
+    assert steady.merged(slow).whole_at_speed == {"onnxruntime"} and slow.merged(slow).whole_at_speed == frozenset()
+
+
+def test_a_whole_models_link_state_is_near_far_or_unknown_against_the_runs_nearest_reading() -> None:
+    at_speed = frozenset({"onnxruntime", "openvino", "inductor", "apart"})
+    outcome = ProfileOutcome(
+        {}, 0, 0, 1e-3, None, link=(48.0, 700.0),
+        whole_links={"onnxruntime": (50.0, 55.0), "openvino": (350.0, 700.0), "inductor": (53.0, 334.0), "apart": ()},
+        whole_at_speed=at_speed)
+    assert outcome.whole_state("onnxruntime", 2) == "near" and outcome.whole_state("openvino", 2) == "far"
+    assert outcome.whole_state("inductor", 2) is None           # the host moved the vCPUs during the profile
+    assert outcome.whole_state("apart", 2) is None              # no link read (no probe): cannot say
+    assert outcome.whole_state("onnxruntime", 1) == "one thread"
+    assert replace(outcome, whole_at_speed=frozenset()).whole_state("onnxruntime", 2) is None
+    # Judged against the nearest reading of the run: all far readings of a run far throughout read near.
+    assert replace(outcome, link=None, whole_links={"openvino": (350.0, 400.0)}).whole_state("openvino", 2) == "near"
 
 
 def test_without_a_reader_a_small_timed_kernel_becomes_the_sentinel(tmp_path: Path) -> None:

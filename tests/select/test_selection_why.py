@@ -172,3 +172,26 @@ def test_a_second_look_times_both_with_look_repeats_and_joins_within_the_factor(
     assert measured._second_look(ctx, champion, other) is joins                   # type: ignore[arg-type]
     assert calls == [("champion", 3), ("other", 3)]
     assert (other.session is None) is (not joins)
+
+
+@pytest.mark.parametrize(("states", "cost_ms", "look"), [
+    ({"openvino": "near", "inductor": "near"}, 40.0, False),      # one state, both at speed: no look
+    ({"openvino": "one thread", "inductor": "one thread"}, 40.0, False),
+    ({"openvino": "far", "inductor": "near"}, 40.0, True),        # profiled in different link states
+    ({"openvino": "near", "inductor": None}, 40.0, True),         # changed state, or slow, or not profiled here
+    ({"inductor": "near"}, 40.0, True),
+    ({"openvino": "near", "inductor": "near"}, 30.0, True),       # within the factor of the cheapest's profile
+])
+def test_a_whole_model_beyond_the_factor_gets_a_second_look_unless_both_profiles_were_taken_in_one_state(
+        states: dict, cost_ms: float, look: bool) -> None:
+    """The look guards against a profile the machine slowed. Two profiles taken at the machine's speed
+    in one core-link state compare as they are; any other pair, or one beyond the factor only of the
+    split plan's measured time (the bar contenders are admitted by), still gets its look."""
+    settings = SimpleNamespace(selection=SelectionSettings(contender_factor=1.25))
+    whole = {"openvino": SimpleNamespace(cost=25e-3), "inductor": SimpleNamespace(cost=cost_ms * 1e-3)}
+    ctx = SimpleNamespace(settings=settings, whole=whole, whole_states=states)
+    why = measured._profiles_compare(ctx, "inductor")                           # type: ignore[arg-type]
+    assert (why is None) is look
+    if not look:
+        assert why.startswith(f"inductor's whole model, profiled at {cost_ms:.1f} ms, 1.60x openvino's whole model "
+                              "profiled in the same state (")
