@@ -198,7 +198,7 @@ class OptimizeStats:
     compiled_ahead: int               # compiled ahead in worker processes, then loaded to be timed (profile/ahead.py)
     machine_slowest: float | None     # the machine's slowest speed reading while profiling over its fastest
     profile_link_ns: tuple[float, float] | None   # nearest and farthest core link read while profiling (profile/link.py)
-    whole_model_link_ns: dict[str, tuple[float, ...]]   # backend -> the link read around its whole model's profiles here
+    whole_model_link_ns: dict[str, tuple[float, ...]]   # backend -> the link read around its whole model's last profile here
     guide: GuideStats                 # guided profiling: which backends, solves, pairs never compiled
     kernel_tolerance: float           # kernels were accepted within this error of the reference
     fp32_error: float | None          # onnxruntime's own error on the model, which set that tolerance

@@ -863,6 +863,44 @@ def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
     assert (profiled & tiles) == (set() if far_behind else tiles)
 
 
+def test_inductors_whole_model_is_compared_for_its_tiling_with_another_profiled_in_its_own_link_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """At two threads, Inductor's whole model profiled with the core link near and onnxruntime's far
+    (forced here): before tiles_within compares them, onnxruntime's whole model is timed again, with
+    a small kernel timed before it as the speed watch's sentinel."""
+    pytest.importorskip("torch")
+    import logging
+
+    from korch.profile.profiler import ProfileOutcome
+
+    monkeypatch.setattr(ProfileOutcome, "whole_state",
+                        lambda self, backend, threads: {"onnxruntime": "far", "inductor": "near"}.get(backend))
+    timed: list[tuple[str, int]] = []
+    import korch.profile.profiler as profiler
+
+    measure_one = profiler._measure_one
+
+    def spy(graph, job, *args):
+        timed.append((job.backend, len(job.candidate.nodes) == len(graph.nodes)))
+        return measure_one(graph, job, *args)
+
+    monkeypatch.setattr(profiler, "_measure_one", spy)
+    settings = OptimizeSettings(threads=2, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
+                                profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=3,
+                                                compile_workers=1, watch_sentinel_s=(0.0, 1.0),
+                                                watch_tolerance=1e9),      # (no kernel timed again for a slow spell)
+                                selection=QUICK_SELECTION)
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, "korch.profile"):
+        optimize(zoo.to_model_proto("candy-mini"), db, settings)
+    said = [r.getMessage() for r in caplog.records if "to compare them in one state" in r.getMessage()]
+    assert said == ["inductor: its whole model was profiled with the core link near, onnxruntime's far: timing "
+                    "onnxruntime's again to compare them in one state"], said
+    ort_wholes = [k for k, (b, whole) in enumerate(timed) if b == "onnxruntime" and whole]
+    inductor_whole = timed.index(("inductor", True))
+    assert len(ort_wholes) == 2 and ort_wholes[0] < inductor_whole < ort_wholes[1], timed
+    assert timed[ort_wholes[1] - 1] == ("onnxruntime", False)       # the sentinel, just before it
+
+
 def test_optimize_rewrites_the_model_and_checks_its_plan_against_the_model_as_given(db: ProfileDB) -> None:
     model = zoo.to_model_proto("segformer-mini")
     settings = replace(ORT_ONLY, profile=QUICK_PROFILE, selection=QUICK_SELECTION)

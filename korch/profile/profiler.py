@@ -95,8 +95,9 @@ class ProfileOutcome:
     slowest: float | None = None  # the machine's slowest speed reading over its fastest (None: not watched)
     ahead: int = 0                # kernels compiled ahead in worker processes and loaded (profile/ahead.py)
     link: tuple[float, float] | None = None   # nearest and farthest core link read beside the speed (ns)
-    # backend -> the core link read before and after each time its whole model was compiled and
-    # timed here (ns): the link state that whole model's profile, a one-kernel plan's prediction, is for
+    # backend -> the core link read before and after its whole model was last compiled and timed here
+    # (ns; none at one thread, or without the probe): the link state that whole model's profile, a
+    # one-kernel plan's prediction, is for. Every backend whose whole model was profiled here is a key.
     whole_links: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     # backends whose whole model was profiled here with the machine's speed watched and found normal
     # (not in a slow spell, or timed again out of it): a profile only the core link can have moved
@@ -132,9 +133,8 @@ class ProfileOutcome:
                               self.stored + more.stored, self.tolerance, self.fp32_error, seconds,
                               self.retimed + more.retimed, slowest, self.ahead + more.ahead,
                               (min(ends), max(ends)) if ends else None,
-                              {b: self.whole_links.get(b, ()) + more.whole_links.get(b, ())
-                               for b in {*self.whole_links, *more.whole_links}},
-                              self.whole_at_speed | more.whole_at_speed)
+                              {**self.whole_links, **more.whole_links},       # (a later profile's record is kept)
+                              (self.whole_at_speed - set(more.whole_links)) | more.whole_at_speed)
 
 
     def kernels_of(self, candidates: Iterable[Candidate], backends: Iterable[str]) -> dict[str, list[Candidate]]:
@@ -345,18 +345,19 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             job, env = next(stream)
             seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
             assert job is ordered[done - 1]
-            whole = read_link is not None and job.candidate.size == len(graph.nodes)
+            whole = job.candidate.size == len(graph.nodes)
             before = read_link() if whole and read_link is not None else None
             record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
                                   sweep_of(job), keep,
                                   ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
                                   compiled.pop(done - 1, None))
-            if whole and read_link is not None:
-                read = tuple(x for x in (before, read_link()) if x is not None)
-                whole_links[job.backend] = whole_links.get(job.backend, ()) + read
-                log.info("profile: %s's whole model %s with the core link at %s ns", job.backend,
-                         f"at {record.median_s * 1e3:.2f} ms" if record.median_s else "not timed",
-                         " / ".join(f"{x:.0f}" for x in read) or "-")
+            if whole:                         # (its last profile's readings: the record kept, bar a failure)
+                read = tuple(x for x in (before, read_link() if read_link is not None else None) if x is not None)
+                whole_links[job.backend] = read
+                if read_link is not None:
+                    log.info("profile: %s's whole model %s with the core link at %s ns", job.backend,
+                             f"at {record.median_s * 1e3:.2f} ms" if record.median_s else "not timed",
+                             " / ".join(f"{x:.0f}" for x in read) or "-")
             pair = (job.candidate.key, job.backend)
             if again:
                 second[pair] = record

@@ -119,3 +119,27 @@ def test_the_best_split_plans_kernels_are_timed_again_once(trained: Path, tmp_pa
         assert sum(said) == cold.guide.confirmed and warm.guide.confirmed == 0 and warm.profiled_new == 0
         counts[rounds] = cold.guide.confirmed
     assert counts[0] == 0 and counts[3] >= 1
+
+
+def test_the_other_whole_model_is_timed_again_only_where_both_were_profiled_at_speed_in_different_link_states(
+        ) -> None:
+    from types import SimpleNamespace
+
+    from korch.profile.guided import _other_state
+    from korch.profile.profiler import ProfileOutcome
+
+    def cand(key: str, size: int):
+        return SimpleNamespace(key=key, size=size)
+
+    pools = {"inductor": [cand("w", 10)], "openvino": [cand("w", 10), cand("s", 2)], "onnxruntime": [cand("w", 10)]}
+    usable = {("w", "inductor"): 0.35, ("w", "openvino"): 0.30, ("w", "onnxruntime"): 0.60, ("s", "openvino"): 0.01}
+    got = ProfileOutcome({}, 0, 0, 1e-3, None, link=(50.0, 700.0),
+                         whole_links={"inductor": (52.0, 55.0), "openvino": (600.0, 650.0), "onnxruntime": (50.0, 51.0)},
+                         whole_at_speed=frozenset({"inductor", "openvino", "onnxruntime"}))
+    other = _other_state(got, "inductor", pools, usable, 10, 2)     # openvino's, the fastest other, is far
+    assert other is not None and other[0] == "openvino" and other[1].key == "w" and other[2] == ("near", "far")
+    same = replace(got, whole_links={**got.whole_links, "openvino": (51.0, 53.0)})
+    assert _other_state(same, "inductor", pools, usable, 10, 2) is None
+    slow = replace(got, whole_at_speed=frozenset({"inductor", "onnxruntime"}))   # openvino's not known at speed
+    assert _other_state(slow, "inductor", pools, usable, 10, 2) is None
+    assert _other_state(got, "inductor", {"inductor": pools["inductor"]}, usable, 10, 2) is None   # no other
