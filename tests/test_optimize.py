@@ -782,7 +782,10 @@ def test_a_whole_model_that_stays_slow_in_its_second_look_is_not_checked(
         checked.append(plan.steps[0].backend if len(plan.steps) == 1 else "split")
         return check(self, plan, session)
 
-    def slow_again(ctx, champion, other):
+    looked: list[tuple[str, bool]] = []
+
+    def slow_again(ctx, bar, champion, other):
+        looked.append((champion.name, champion.session is None))
         other.session = None
         return False
 
@@ -795,6 +798,9 @@ def test_a_whole_model_that_stays_slow_in_its_second_look_is_not_checked(
         _, _, stats = optimize(zoo.to_model_proto("candy-mini"), db, settings)
     assert "openvino" in checked and "onnxruntime" not in checked, checked
     assert "onnxruntime" not in stats.selection.side_by_side_ms
+    # A whole-model champion is not held while the other loads for its look (it compiles in seconds)
+    assert looked in ([("openvino", True)], [(SPLIT, False)]), looked
+    assert stats.selection.measured_ms > 0
 
 
 def test_a_slow_compiling_whole_model_not_kept_compiled_gets_no_second_look(

@@ -792,14 +792,13 @@ def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
                   key=lambda b: (ctx.whole[b].cost, b))
 
 
-def _second_look(ctx: _Context, champion: _Contender, other: _Contender) -> bool:
+def _second_look(ctx: _Context, bar: float, champion: _Contender, other: _Contender) -> bool:
     """Whether a whole model profiled beyond `contender_factor` of the rest joins the duels: it is
-    timed again beside the champion, both alone, and joins if within the factor of it. A profile
-    taken while something else loaded the machine reads slow (yolox-nano: onnxruntime's whole model
-    profiled at 79 ms against its 25), and without this look the model it belongs to never met the
-    split plan it beat."""
+    timed again after the champion (`bar`: its time just before), both alone, and joins if within the
+    factor of it. A profile taken while something else loaded the machine reads slow (yolox-nano:
+    onnxruntime's whole model profiled at 79 ms against its 25), and without this look the model it
+    belongs to never met the split plan it beat."""
     factor, repeats = ctx.settings.selection.contender_factor, ctx.settings.selection.look_repeats
-    bar = ctx.time(champion.session, repeats)
     seconds = ctx.time(other.session, repeats)
     joins = seconds <= factor * bar
     log.info("%s, profiled at %s, timed again at %s beside %s at %s: %s", _who(other.name),
@@ -922,10 +921,10 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
                 log.warning("whole-model kernel on %s does not compile again (%s); not compared", backend, e)
                 return None
         if look:
-            assert champion is not None
+            assert champion is not None and bar_s is not None
             looked = _Contender(backend, plan, selection, session, None, ctx.whole[backend].cost)
             session = None                       # (held by `looked` alone: a look that fails drops it)
-            if not _second_look(ctx, champion, looked):
+            if not _second_look(ctx, bar_s, champion, looked):
                 return None
             session = looked.session
         check = ctx.check(plan, session)
@@ -958,6 +957,8 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
     for backend in _contenders(ctx, split if split_timed else None):
         if (c := admit(backend)) is not None:
             meet(c)
+    bar_s: float | None = None                   # the champion's time, which second looks are held to
+    champion_s: float | None = None              # ... timed as a plan is, where no duel timed it
     if champion is not None and ctx.settings.selection.duel_rounds > 0:
         for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
             if not ctx.quick_to_compile(backend):
@@ -968,7 +969,19 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
             if (why := _profiles_compare(ctx, backend)) is not None:
                 log.info("%s: not timed again", why)
                 continue
+            assert champion is not None
+            if bar_s is None:
+                # Timed once, before the look: a whole-model champion that compiles again in seconds is
+                # dropped while the other loads (yolov4: Inductor's whole model loaded beside
+                # OpenVINO's was the optimize's peak, 4.6 GB), and compiled again only for a duel.
+                bar_s = ctx.time(champion.session, ctx.settings.selection.look_repeats) if duels else \
+                    (champion_s := ctx.time(champion.session))
+                if champion.name != SPLIT and ctx.quick_to_compile(champion.name):
+                    champion.session = None  # type: ignore[assignment]
+                    release_freed_heap()
             if (c := admit(backend, look=True)) is not None:
+                if champion.session is None:
+                    champion.session = compile_plan(ctx.stored(champion.plan))
                 meet(c)
     if not admitted and not split_timed:    # every contender failed: the other engines, cheapest first
         for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
@@ -986,8 +999,8 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
                            _why_split_alone(ctx, split), split, rounds, solve_s, (), _timed_in_plan(costs), inaccurate,
                            champion.check)
         why = _why_whole(ctx, champion.name, split, (), inaccurate)
-        return _result(ctx, champion.plan, champion.session, champion.selection, None, champion.name, why, split,
-                       rounds, solve_s, (), _timed_in_plan(costs), inaccurate, champion.check)
+        return _result(ctx, champion.plan, champion.session, champion.selection, champion_s, champion.name, why,
+                       split, rounds, solve_s, (), _timed_in_plan(costs), inaccurate, champion.check)
     last = duels[-1]
     measured = last.of(last.winner)[0] if last.timed else (split.measured_s if champion.name == SPLIT and split else None)
     if champion.name == SPLIT:
