@@ -95,8 +95,9 @@ class ProfileOutcome:
     slowest: float | None = None  # the machine's slowest speed reading over its fastest (None: not watched)
     ahead: int = 0                # kernels compiled ahead in worker processes and loaded (profile/ahead.py)
     link: tuple[float, float] | None = None   # nearest and farthest core link read beside the speed (ns)
-    # backend -> the core link read before and after its whole model was last compiled and timed here
-    # (ns; none at one thread, or without the probe): the link state that whole model's profile, a
+    # backend -> the core link read right before its whole model was last timed here (after its
+    # compile) and right after (ns; none at one thread, or without the probe; the speed is read at
+    # both points too): the link state that whole model's profile, a
     # one-kernel plan's prediction, is for. Every backend whose whole model was profiled here is a key.
     whole_links: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     # backends whose whole model was profiled here with the machine's speed watched and found normal
@@ -105,7 +106,7 @@ class ProfileOutcome:
 
     def whole_state(self, backend: str, threads: int) -> str | None:
         """The machine's state while `backend`'s whole model was profiled in this run: "near" or "far"
-        (the core link before and after it, korch/profile/link.py, judged against the nearest link read
+        (the core link right before and after its timing, korch/profile/link.py, judged against the nearest link read
         in the run), "one thread" (no link to cross), or None where it cannot be said: not profiled
         here, the speed not watched or slow, the link not read or changing state during the profile.
         Two whole models profiled in one state compare by their profiles (measured selection's
@@ -346,13 +347,20 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             seconds["reference"] = seconds.get("reference", 0.0) + time.perf_counter() - t0
             assert job is ordered[done - 1]
             whole = job.candidate.size == len(graph.nodes)
-            before = read_link() if whole and read_link is not None else None
+            before: list[float | None] = []
+
+            def before_timing() -> None:
+                """The core link and the machine's speed read right before a whole model is timed, after
+                its compile (Inductor's of yolov4 took 55 s, in which the host moved the vCPUs twice)."""
+                before.append(read_link() if read_link is not None else None)
+                if reader is not None:
+                    read_speed()
             record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
                                   sweep_of(job), keep,
                                   ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
-                                  compiled.pop(done - 1, None))
+                                  compiled.pop(done - 1, None), before_timing if whole else None)
             if whole:                         # (its last profile's readings: the record kept, bar a failure)
-                read = tuple(x for x in (before, read_link() if read_link is not None else None) if x is not None)
+                read = tuple(x for x in (*before, read_link() if read_link is not None else None) if x is not None)
                 whole_links[job.backend] = read
                 if read_link is not None:
                     log.info("profile: %s's whole model %s with the core link at %s ns", job.backend,
@@ -368,7 +376,10 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                 db.put(record)
                 records[pair] = record
             order.append(job)
-            watch_after(job, env, record)
+            if whole and reader is not None:
+                read_speed()                  # (right after it: the readings bracket its timing alone)
+            else:
+                watch_after(job, env, record)
             done_of[job.backend] += 1
             worked[job.backend] = worked.get(job.backend, 0.0) + job_work(job.candidate.size)
             if progress is not None:
@@ -634,12 +645,12 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
                  machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float,
                  seconds: dict[str, float] | None = None, sweep: Callable[[], object] | None = None,
                  keep: KeepKernel | None = None, saved: Path | None = None,
-                 compiled: Future[Kernel] | None = None) -> Record:
+                 compiled: Future[Kernel] | None = None, before_timing: Callable[[], None] | None = None) -> Record:
     """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
     kernel other than the whole model (ProfileSettings.cold_cache, or a retimed kernel's eviction).
     `saved`: the kernel, compiled ahead (profile/ahead.py), to load instead of compiling. `compiled`:
     its compile, done in a thread (`_compile_window`): its kernel, or the error it raised, as if
-    compiled here."""
+    compiled here. `before_timing`: called once compiled and checked, right before it is timed."""
     backend = get_backend(job.backend)
     cand = job.candidate
     seconds = {} if seconds is None else seconds
@@ -686,6 +697,9 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     if not worst <= tolerance:
         return rejected(f"{ACCURACY_REJECTION}: relative error {worst:.2e} > {tolerance:.2e}", Rejection.INACCURATE,
                         worst)
+    if before_timing is not None:
+        before_timing()
+        clock = time.perf_counter()     # (not this kernel's time: a speed reading counts its own)
     where = None if options.runs_alone else placement(threads)
     extend = settings.whole_model_max_seconds if whole and settings.precision else None
     with pinned(where.caller if where is not None else None):

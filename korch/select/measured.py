@@ -33,9 +33,10 @@ close contenders wrongly. So:
    bert-base's optimize to 6.4 GB). A split plan must win each of its duels by
    `multi_kernel_margin`; otherwise the last duel's winner, a whole-model kernel, is the plan.
    An engine whose whole model profiled beyond `contender_factor` of the rest is not trusted to its
-   profile (a slow spell can triple one): it is compiled and timed once more beside the champion,
-   and joins the duels if it is within the factor after all (`_second_look`; it is checked only
-   then); not if its engine
+   profile (a slow spell can triple one): it is compiled and timed once more after the champion (a
+   whole-model champion that compiles again in seconds is not held meanwhile: the two whole models
+   of yolov4 together took the optimize to 4.6 GB), and joins the duels if it is within the factor
+   after all (`_second_look`; it is checked only then); not if its engine
    compiles slowly and the cache keeps no compiled kernel of it (Inductor's whole model took 45 s to
    compile again for a look), nor if both profiles were taken in this run at the machine's speed and
    in one core-link state (`_profiles_compare`: nothing was left to slow one of them).

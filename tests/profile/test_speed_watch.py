@@ -94,6 +94,36 @@ def test_a_whole_model_timed_in_a_slow_spell_is_timed_again_where_it_compiles_qu
     assert outcome.whole_at_speed == {"onnxruntime"}           # its second profile, after a normal reading
 
 
+def test_the_speed_is_read_right_before_a_whole_model_is_timed_and_right_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole model's compile can take a minute (Inductor's of yolov4: 55 s): the readings that judge
+    its profile are taken after the compile, right before it is timed, and right after, not every
+    `watch_interval_s` between jobs."""
+    import korch.profile.profiler as profiler
+
+    graph = _graph()
+    whole = next(c for c in enumerate_candidates(graph, OptimizeSettings().limits) if c.size == len(graph.nodes))
+    pools = {"onnxruntime": [*_pool(graph, 2)["onnxruntime"], whole]}
+    events: list[tuple] = []
+    measure_one = profiler._measure_one
+
+    def spy(graph_, job, *args):
+        events.append(("job", job.candidate.size == len(graph_.nodes)))
+        return measure_one(graph_, job, *args)
+
+    def reader() -> float:
+        events.append(("read",))
+        return 1.0
+
+    monkeypatch.setattr(profiler, "_measure_one", spy)
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, pools, db, 1, "m", replace(QUICK, watch_interval_s=1e9), speed_reader=reader)
+    # the first reading, two small kernels, the whole model (read inside it, before its timing, and
+    # right after it), and the pass's last reading
+    assert events == [("read",), ("job", False), ("job", False), ("job", True), ("read",), ("read",), ("read",)]
+    assert outcome.whole_at_speed == {"onnxruntime"}
+
+
 def test_a_whole_model_is_at_speed_only_with_a_profile_kept_from_outside_every_slow_spell(tmp_path: Path) -> None:
     """Selection trusts a whole model's profile over another's only when neither was taken in a slow
     spell (ProfileOutcome.whole_state): slow through both of its timings, or never watched, it is not."""
