@@ -424,7 +424,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                                   weights, {b: profiled.whole_state(b, settings.threads) for b in settings.backends})
     select_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    check = selected.check or check_plan(selected.plan, selected.session, checker)
+    check = selected.check or check_plan(selected.plan, selected.session or compile_plan(selected.plan), checker)
     if check.ok and not selected.check_remembered and selected.problem:
         db.remember_check(selected.problem, {"weights": weights, "check": check.to_json()})
     stats = OptimizeStats(

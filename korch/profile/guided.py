@@ -171,8 +171,9 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     # machine's speed in one core-link state (korch/select/measured.py `_profiles_compare`).
     spread = _calibration_sample(pending, models, ps.guide_spread_sample, settings.seed + 1) \
         if ps.guide_spread_sample and not done else {}
+    drawn = {pair: pending.pop(pair) for pairs in spread.values() for pair in pairs}
     for name, pairs in spread.items():
-        first_pools[name] = [*first_pools.get(name, ()), *(pending.pop(pair) for pair in pairs)]
+        first_pools[name] = [*first_pools.get(name, ()), *(drawn[pair] for pair in pairs)]
     outcome = _profile(graph, first_pools, db, settings, machine, source, progress, keep=keep, reference=reference)
     if done:                      # a warm run: what the finished guided profiling measured, nothing more
         log.info("guided profiling of this model finished before: reading its %d records", len(outcome.records))
@@ -181,7 +182,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     if not pending:               # every kernel is measured already (a warm run): no solve can ask for more
         return replace(outcome, records=records, measured=outcome.measured + len(illegal)), \
             GuideStats(tuple(sorted(models)), 0, 0, True)
-    predicted = _predicted_costs(graph, pending, models, settings, db)
+    predicted = _predicted_costs(graph, {**pending, **drawn}, models, settings, db)   # (the sample's: its spread)
     usable = _usable(records, outcome.tolerance)
     got = outcome
 
@@ -211,9 +212,11 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     if spread:
         optimism = _spread_optimism(usable, predicted, scale, spread, ps.guide_spread_quantile, ps.guide_optimism)
         expectation = _spread_expectation(usable, predicted, scale, spread, ps.guide_optimism)
+        ratios = _spread_ratios(usable, predicted, scale, spread)
         log.info("guided profiling: from the spread of %d random kernel(s) per backend, measured / rescaled "
                  "predicted at least (median) %s", ps.guide_spread_sample,
-                 ", ".join(f"{name} {optimism[name]:.2f} ({expectation[name]:.2f})" for name in sorted(optimism)))
+                 ", ".join(f"{name} {optimism[name]:.2f} ({expectation[name]:.2f}; {len(ratios.get(name, ()))} "
+                           "accepted)" for name in sorted(optimism)))
     optimistic, expected = _bounds(pending, predicted, scale, optimism, expectation)
 
     refills = load_refills(graph, pools, db, settings, machine, start)

@@ -58,9 +58,11 @@ def test_optimism_from_a_random_samples_spread_measures_the_sample_first(trained
         _, _, cold = optimize(model, db, spread)
         _, _, warm = optimize(model, db, spread)
     said = re.search(r"from the spread of 8 random kernel\(s\) per backend, measured / rescaled predicted at least "
-                     r"\(median\) onnxruntime ([0-9.]+) \(([0-9.]+)\)", caplog.text)
+                     r"\(median\) onnxruntime ([0-9.]+) \(([0-9.]+); ([0-9]+) accepted\)", caplog.text)
     assert said is not None and QUICK_PROFILE.guide_optimism <= float(said.group(1)) <= 1.0
     assert float(said.group(2)) >= float(said.group(1))       # the expected cost, for the budget of uncertainty
+    # ... from the sample's own ratios (timed with the whole models, before anything is predicted)
+    assert int(said.group(3)) >= 2, said.group(0)
     assert cold.guide.stable and cold.profiled_new >= 8 and cold.max_rel_error <= cold.check_tolerance
     assert warm.profiled_new == 0 and warm.guide.rounds == 0 and warm.selection.kernels == cold.selection.kernels
 
