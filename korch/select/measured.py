@@ -893,9 +893,14 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
     if split_timed:
         assert split is not None and split.session is not None and split.measured_s is not None
         champion = _Contender(SPLIT, split.plan, split.selection, split.session, checked.check, split.predicted_s)
-    elif split is not None and split.session is not None:
-        split = replace(split, session=None)     # failed the check: not kept alive through the duels
+    else:
+        if split is not None and split.session is not None:
+            split = replace(split, session=None)     # failed the check: not kept alive through the duels
+        # No split plan contends: the kernels of the split plans timed in the plan go too (yolov4: the
+        # last one's three OpenVINO kernels, held through the look at Inductor's whole model, took the
+        # optimize to 4.57 GB)
         ctx.drop_kernels()
+        release_freed_heap()
     duels: list[Duel] = []
     tried: set[str] = set()
     admitted = 0
