@@ -393,10 +393,11 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     records = dict(got.records)
     usable = _usable(records, got.tolerance)
 
-    def absorb(want: Mapping[str, Sequence[Candidate]]) -> None:
-        """Profile `want` and take in its records."""
+    def absorb(want: Mapping[str, Sequence[Candidate]], retime: Collection[tuple[str, str]] = ()) -> None:
+        """Profile `want` (`retime`: pairs of it measured again though stored) and take in its records."""
         nonlocal got
-        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference)
+        more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference,
+                        retime)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, got.tolerance))
@@ -437,11 +438,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                              and lo <= usable.get((c.key, n), -1.0) <= hi), None)
             if sentinel is not None:
                 want[sentinel[0]] = [*want.get(sentinel[0], ()), sentinel[1]]
-            more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep,
-                            reference, {(c.key, n) for n, cs in want.items() for c in cs})
-            got = got.merged(more)
-            records.update(more.records)
-            usable.update(_usable(more.records, got.tolerance))
+            absorb(want, {(c.key, n) for n, cs in want.items() for c in cs})
         if carry.get(name) and (reason := _far_behind(name, regions[name], pools, usable, whole, ps.tiles_within)):
             log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))
             carry[name] = []
@@ -516,11 +513,10 @@ def _other_state(got: ProfileOutcome, name: str, pools: Mapping[str, Sequence[Ca
     own = got.whole_state(name, threads)
     if own is None:
         return None
-    timed = [(usable[(c.key, n)], n, c) for n, cs in pools.items() if n != name for c in cs
-             if c.size == whole and (c.key, n) in usable]
-    if not timed:
+    fastest = _fastest_whole({n: cs for n, cs in pools.items() if n != name}, usable, whole)
+    if fastest is None:
         return None
-    _, other, cand = min(timed, key=lambda t: t[0])
+    _, other, cand = fastest
     theirs = got.whole_state(other, threads)
     return None if theirs is None or theirs == own else (other, cand, (own, theirs))
 
@@ -548,11 +544,18 @@ def _usable(records: Mapping[tuple[str, str], Record], tolerance: float) -> dict
     return {pair: r.median_s for pair, r in records.items() if accepted(r, tolerance) and r.median_s}
 
 
+def _fastest_whole(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[str, str], float],
+                   whole: int) -> tuple[float, str, Candidate] | None:
+    """The fastest whole-model kernel measured: its time, backend and candidate."""
+    return min(((usable[(c.key, name)], name, c) for name, cs in pools.items() for c in cs
+                if c.size == whole and (c.key, name) in usable), key=lambda t: t[0], default=None)
+
+
 def _best_whole(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[str, str], float],
                 whole: int) -> float | None:
-    """The fastest whole-model kernel measured."""
-    return min((usable[(c.key, name)] for name, cs in pools.items() for c in cs
-                if c.size == whole and (c.key, name) in usable), default=None)
+    """The fastest whole-model kernel's time."""
+    fastest = _fastest_whole(pools, usable, whole)
+    return None if fastest is None else fastest[0]
 
 
 def _bar(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[str, str], float], whole: int,

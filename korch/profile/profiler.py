@@ -97,8 +97,8 @@ class ProfileOutcome:
     link: tuple[float, float] | None = None   # nearest and farthest core link read beside the speed (ns)
     # backend -> the core link read right before its whole model was last timed here (after its
     # compile) and right after (ns; none at one thread, or without the probe; the speed is read at
-    # both points too): the link state that whole model's profile, a
-    # one-kernel plan's prediction, is for. Every backend whose whole model was profiled here is a key.
+    # both points too): the link state that whole model's profile, a one-kernel plan's prediction,
+    # is for. Every backend whose whole model was profiled here is a key.
     whole_links: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     # backends whose whole model was profiled here with the machine's speed watched and found normal
     # (not in a slow spell, or timed again out of it): a profile only the core link can have moved
@@ -106,9 +106,10 @@ class ProfileOutcome:
 
     def whole_state(self, backend: str, threads: int) -> str | None:
         """The machine's state while `backend`'s whole model was profiled in this run: "near" or "far"
-        (the core link right before and after its timing, korch/profile/link.py, judged against the nearest link read
-        in the run), "one thread" (no link to cross), or None where it cannot be said: not profiled
-        here, the speed not watched or slow, the link not read or changing state during the profile.
+        (the core link right before and after its timing, korch/profile/link.py, judged against the
+        nearest link read in the run), "one thread" (no link to cross), or None where it cannot be
+        said: not profiled here, the speed not watched or slow, the link not read or changing state
+        during the profile.
         Two whole models profiled in one state compare by their profiles (measured selection's
         second look is for those that do not)."""
         if backend not in self.whole_at_speed:

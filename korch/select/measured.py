@@ -980,8 +980,10 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
                 # Timed once, before the look: a whole-model champion that compiles again in seconds is
                 # dropped while the other loads (yolov4: Inductor's whole model loaded beside
                 # OpenVINO's was the optimize's peak, 4.6 GB), and compiled again only for a duel.
-                bar_s = ctx.time(champion.session, ctx.settings.selection.look_repeats) if duels else \
-                    (champion_s := ctx.time(champion.session))
+                if duels:
+                    bar_s = ctx.time(champion.session, ctx.settings.selection.look_repeats)
+                else:                            # (timed as a plan is: the kept plan's measured time)
+                    bar_s = champion_s = ctx.time(champion.session)
                 if champion.name != SPLIT and ctx.quick_to_compile(champion.name):
                     champion.session = None  # type: ignore[assignment]
                     release_freed_heap()
