@@ -196,7 +196,7 @@ def load_work(work: Path, model: str, threads: int, rewrite: bool = True) -> Zoo
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     db = ProfileDB(work / "profile-cache" / "profiles.sqlite")
     fissioned = run_fission(model, cache_dir=db.path.parent, rewrite=rewrite and settings.rewrites, seed=settings.seed,
-                            rtol=settings.accuracy.rtol)
+                            accuracy=settings.accuracy, db=db)
     graph = fissioned.graph
     return ZooWork(settings, db, machine_fingerprint(), graph, OnnxSource(fissioned.model, dict(fissioned.value_map or {})),
                    enumerate_all(graph, settings))
