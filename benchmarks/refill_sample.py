@@ -48,9 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from korch.backends import CompileOptions, get_backend
     from korch.backends.placement import pinned, placement
-    from korch.profile.database import Status
     from korch.profile.guided import evict_cap, touched_bytes
-    from korch.profile.profiler import Job, _streamed_values, compile_candidate, record_version
+    from korch.profile.profiler import _streamed_values, compile_candidate, record_version
     from korch.profile.refill import RefillModel, RefillSample
     from korch.profile.timing import SETTLE_SECONDS, PlanEviction, measure
     from korch.verify import random_feeds
@@ -58,24 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     work = load_work(args.work, args.model, args.threads)
     settings, db, machine, graph, source = work.settings, work.db, work.machine, work.graph, work.source
     sweep_bytes = evict_cap(settings.profile) if args.sweep_mib is None else args.sweep_mib << 20
-    cands = work.cands.all
-    rng = random.Random(0)
-    jobs: list[Job] = []
-    profiled: dict[tuple[str, str], float] = {}
-    for name in args.backends.split(","):
-        reps = {c.key: c for c in cands if c.size < len(graph.nodes)}
-        stored = db.get_many(list(reps), name, record_version(get_backend(name), settings.profile), args.threads,
-                             machine)
-        ok = sorted((r.median_s, key) for key, r in stored.items() if r.status is Status.OK and r.median_s)
-        if not ok:
-            print(f"{name}: no accepted profiles in {db.path}", file=sys.stderr)
-            continue
-        # spread over the profiled times: one draw from each of `per_backend` equal slices of the sorted list
-        step = len(ok) / min(args.per_backend, len(ok))
-        picked = [ok[min(len(ok) - 1, int(k * step + rng.random() * step))] for k in range(min(args.per_backend, len(ok)))]
-        for median_s, key in dict.fromkeys(picked):
-            jobs.append(Job(reps[key], name))
-            profiled[(key, name)] = median_s
+    jobs, profiled = spread_jobs(work, args.backends.split(","), args.per_backend, args.threads)
     where = placement(args.threads)
     options = CompileOptions(threads=args.threads, worker_cpus=where.workers if where is not None else ())
     rows = []
@@ -154,6 +136,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {b} | {len(sel)} | {len(stored)} | {statistics.median((r[6] - r[5]) * 1e3 for r in sel):+.3f} | "
               f"{spread(none)} | {spread(by_db)} | {spread(loo)} |")
     return 0
+
+
+def spread_jobs(work, backends: list[str], per_backend: int, threads: int):
+    """Up to `per_backend` split kernels per backend profiled in `work` (accepted), spread over their
+    profiled times: one drawn from each of `per_backend` equal slices of the sorted list. Returns the
+    jobs and each one's profiled seconds by (candidate key, backend)."""
+    from korch.backends import get_backend
+    from korch.profile.database import Status
+    from korch.profile.profiler import Job, record_version
+
+    graph, db = work.graph, work.db
+    rng = random.Random(0)
+    jobs: list[Job] = []
+    profiled: dict[tuple[str, str], float] = {}
+    reps = {c.key: c for c in work.cands.all if c.size < len(graph.nodes)}
+    for name in backends:
+        stored = db.get_many(list(reps), name, record_version(get_backend(name), work.settings.profile), threads,
+                             work.machine)
+        ok = sorted((r.median_s, key) for key, r in stored.items() if r.status is Status.OK and r.median_s)
+        if not ok:
+            print(f"{name}: no accepted profiles in {db.path}", file=sys.stderr)
+            continue
+        step = len(ok) / min(per_backend, len(ok))
+        picked = [ok[min(len(ok) - 1, int(k * step + rng.random() * step))] for k in range(min(per_backend, len(ok)))]
+        for median_s, key in dict.fromkeys(picked):
+            jobs.append(Job(reps[key], name))
+            profiled[(key, name)] = median_s
+    return jobs, profiled
 
 
 if __name__ == "__main__":

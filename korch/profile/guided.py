@@ -187,13 +187,14 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     got = outcome
 
     def measure(want: Mapping[str, Sequence[Candidate]], retime: Collection[tuple[str, str]] = (),
-                evict: Mapping[tuple[str, str], int] | None = None) -> None:
+                evict: Mapping[tuple[str, str], int] | None = None) -> ProfileOutcome:
         nonlocal got
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference,
                         retime, evict)
         got = got.merged(more)
         records.update(more.records)
         usable.update(_usable(more.records, outcome.tolerance))
+        return more
 
     def measure_drawn(drawn: Mapping[str, Sequence[tuple[str, str]]]) -> None:
         """Measure random pairs drawn per backend (_calibration_sample), no longer pending."""
@@ -255,13 +256,14 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
 
 def _confirm(graph: Graph, split: SplitProblem, usable: dict[tuple[str, str], float],
              pools: Mapping[str, Sequence[Candidate]], bar: float | None, confirmed: set[tuple[str, str]],
-             measure: Callable[..., None], evict_cap: int = 0) -> int:
+             measure: Callable[..., ProfileOutcome | None], evict_cap: int = 0) -> int:
     """Time again, once each, the kernels of the best split plan over measured costs that were timed
     only once (ProfileSettings.guide_confirm_rounds: the winner's curse), their second timing now
     their record; returns how many: none if there is no split plan, or the best cannot run below `bar`
     (then no split plan is kept, whatever its kernels measure again). Each call of a kernel timed
     again follows a sweep of the bytes the plan's other kernels touch, at most `evict_cap`
-    (ProfileSettings.guide_confirm_evict): what it finds of its caches inside the plan."""
+    (ProfileSettings.guide_confirm_evict): what it finds of its caches inside the plan; its calls
+    alternate with calls back to back, the other side of its refill sample."""
     try:
         best = split.solve(usable, {}, {})
     except SelectionError:
@@ -281,7 +283,8 @@ def _confirm(graph: Graph, split: SplitProblem, usable: dict[tuple[str, str], fl
         touched = {split.pairs[o.key]: touched_bytes(graph, by_pair[split.pairs[o.key]]) for o in best.chosen}
         total = sum(touched.values())
         evict = {pair: min(evict_cap, total - touched[pair]) for pair in pairs}
-    measure(want, retime=pairs, evict=evict)
+    more = measure(want, retime=pairs, evict=evict)
+    hot.update(more.hot_beside if more is not None else {})
     confirmed.update(pairs)
     if evict and split.refills is not None:      # (a retime that failed kept its first record: no sample)
         split.refills.add([RefillSample(p[0], p[1], touched[p], evict[p], hot[p], usable[p]) for p in pairs
@@ -299,12 +302,13 @@ def _confirm(graph: Graph, split: SplitProblem, usable: dict[tuple[str, str], fl
 
 
 def _sample_refills(refills: Refills, usable: dict[tuple[str, str], float], records: dict[tuple[str, str], Record],
-                    pools: Mapping[str, Sequence[Candidate]], db: ProfileDB, measure: Callable[..., None],
+                    pools: Mapping[str, Sequence[Candidate]], db: ProfileDB,
+                    measure: Callable[..., ProfileOutcome | None],
                     size: int) -> int:
     """Until the database holds `size` refill samples of each backend of `refills`, time kernels
     measured already (the random ones measured first) again after the sweep each finds in this
-    model's plans, spread over the bytes they touch, and add them as samples; their records stay their
-    back-to-back profiles. Returns how many were timed again."""
+    model's plans, spread over the bytes they touch, in turn with calls back to back, and add them as
+    samples; their records stay their back-to-back profiles. Returns how many were timed again."""
     picked: list[tuple[str, str]] = []
     for name in sorted({name for _, name in refills.kernels}):
         need = size - refills.model.count(name)
@@ -321,12 +325,15 @@ def _sample_refills(refills: Refills, usable: dict[tuple[str, str], float], reco
     firsts = {p: records[p] for p in picked}
     before = {p: usable[p] for p in picked}
     by_pair = {(c.key, name): c for name, candidates in pools.items() for c in candidates}
-    measure(_wanted(by_pair, picked), retime=picked, evict={p: refills.kernels[p][1] for p in picked})
+    more = measure(_wanted(by_pair, picked), retime=picked, evict={p: refills.kernels[p][1] for p in picked})
+    # each kernel's time back to back, taken in turn with its time after the sweep (its profile, taken
+    # minutes before, may have seen another state of the machine)
+    hot = {**before, **(more.hot_beside if more is not None else {})}
     samples = []
     for p in picked:
         new = records.get(p)
         if new is not None and new.status is Status.OK and new.median_s and new.created_at != firsts[p].created_at:
-            samples.append(RefillSample(p[0], p[1], *refills.kernels[p], before[p], new.median_s))
+            samples.append(RefillSample(p[0], p[1], *refills.kernels[p], hot[p], new.median_s))
     db.put_many(list(firsts.values()))           # each kernel's record: its profile back to back
     records.update(firsts)
     usable.update(before)

@@ -38,7 +38,7 @@ from korch.profile.database import ProfileDB, Record, Rejection, Status
 from korch.profile.failures import classify_failure
 from korch.profile.reference_values import ReferenceValues, reference_run
 from korch.profile.speed import SpeedWatch
-from korch.profile.timing import CacheSweep, PlanEviction, measure, summarize
+from korch.profile.timing import CacheSweep, PlanEviction, measure, measure_beside, summarize
 from korch.settings import AccuracyPolicy, ProfileSettings
 from korch.verify import diff_outputs, fp32_errors, random_feeds
 from korch.version import code_version
@@ -103,6 +103,9 @@ class ProfileOutcome:
     # backends whose whole model was profiled here with the machine's speed watched and found normal
     # (not in a slow spell, or timed again out of it): a profile only the core link can have moved
     whole_at_speed: frozenset[str] = frozenset()
+    # pair -> its median back to back, timed in turn with its record's calls after a sweep (a retimed
+    # pair with an eviction, `profile(..., evict=...)`): the two sides of its refill, taken together
+    hot_beside: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     def whole_state(self, backend: str, threads: int) -> str | None:
         """The machine's state while `backend`'s whole model was profiled in this run: "near" or "far"
@@ -136,7 +139,8 @@ class ProfileOutcome:
                               self.retimed + more.retimed, slowest, self.ahead + more.ahead,
                               (min(ends), max(ends)) if ends else None,
                               {**self.whole_links, **more.whole_links},       # (a later profile's record is kept)
-                              (self.whole_at_speed - set(more.whole_links)) | more.whole_at_speed)
+                              (self.whole_at_speed - set(more.whole_links)) | more.whole_at_speed,
+                              {**self.hot_beside, **more.hot_beside})
 
 
     def kernels_of(self, candidates: Iterable[Candidate], backends: Iterable[str]) -> dict[str, list[Candidate]]:
@@ -230,7 +234,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     `retime`: (candidate key, backend) pairs whose stored accepted records are measured again, and
     the new record stored in their place (guided profiling's check of the winner's curse); where the
     new measurement fails, the stored record stays. `evict`: bytes to sweep before each timed call of
-    a retimed pair, so that it is timed as it runs inside a plan (timing.PlanEviction).
+    a retimed pair, so that it is timed as it runs inside a plan (timing.PlanEviction); its calls
+    alternate with calls back to back, whose median is its `ProfileOutcome.hot_beside`.
     """
     records: dict[tuple[str, str], Record] = {}
     jobs: list[Job] = []
@@ -276,6 +281,9 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     def sweep_of(job: Job) -> Callable[[], object] | None:
         n = evicting.get((job.candidate.key, job.backend))
         return sweep if eviction is None or n is None else eviction.sweep(n)
+
+    hot: dict[tuple[str, str], float] = {}           # an evicted pair's time back to back, beside it
+    hot_again: dict[tuple[str, str], float] = {}     # ... in its second profile (slow spells)
 
     transient: list[Record] = []
     watching = settings.watch_interval_s is not None and bool(jobs)
@@ -359,7 +367,9 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
             record = _measure_one(graph, job, env, options, threads, machine, source, settings, tolerance, seconds,
                                   sweep_of(job), keep,
                                   ahead.saved.get((job.candidate.key, job.backend)) if ahead else None,
-                                  compiled.pop(done - 1, None), before_timing if whole else None)
+                                  compiled.pop(done - 1, None), before_timing if whole else None,
+                                  (hot_again if again else hot)
+                                  if (job.candidate.key, job.backend) in evicting else None)
             if whole:                         # (its last profile's readings: the record kept, bar a failure)
                 read = tuple(x for x in (*before, read_link() if read_link is not None else None) if x is not None)
                 whole_links[job.backend] = read
@@ -452,6 +462,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                     if kept is not records[pair]:
                         db.put(kept)
                         records[pair] = kept
+                        if pair in hot_again:
+                            hot[pair] = hot_again[pair]
                 log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
                          "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
                          "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())
@@ -477,6 +489,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                      pair[1], pair[0][:12], records[pair].reason)
             db.put(first)
             records[pair] = first
+            hot.pop(pair, None)
     if jobs:
         log.info("profile: seconds by phase: %s", ", ".join(f"{k} {v:.1f}" for k, v in sorted(seconds.items())))
         # Every kernel compiled here is gone, but glibc keeps the heap their compiles freed: 1.3 GB
@@ -488,7 +501,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                     len(transient), transient[0].reason)
     return ProfileOutcome(records, len(jobs), stored_count, tolerance, fp32_error, seconds, retimed,
                           watch.slowest_ratio() if watch.readings else None, len(ahead.saved) if ahead else 0,
-                          watch.link_range(), whole_links, _whole_at_speed(graph, order, watch, records))
+                          watch.link_range(), whole_links, _whole_at_speed(graph, order, watch, records), hot)
 
 
 def _whole_at_speed(graph: Graph, order: Sequence[Job], watch: SpeedWatch,
@@ -646,12 +659,15 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
                  machine: str, source: OnnxSource | None, settings: ProfileSettings, tolerance: float,
                  seconds: dict[str, float] | None = None, sweep: Callable[[], object] | None = None,
                  keep: KeepKernel | None = None, saved: Path | None = None,
-                 compiled: Future[Kernel] | None = None, before_timing: Callable[[], None] | None = None) -> Record:
+                 compiled: Future[Kernel] | None = None, before_timing: Callable[[], None] | None = None,
+                 beside: dict[tuple[str, str], float] | None = None) -> Record:
     """Compile, check and time one (candidate, backend). `sweep`: run before every timed call of a
     kernel other than the whole model (ProfileSettings.cold_cache, or a retimed kernel's eviction).
     `saved`: the kernel, compiled ahead (profile/ahead.py), to load instead of compiling. `compiled`:
     its compile, done in a thread (`_compile_window`): its kernel, or the error it raised, as if
-    compiled here. `before_timing`: called once compiled and checked, right before it is timed."""
+    compiled here. `before_timing`: called once compiled and checked, right before it is timed.
+    `beside` (with a `sweep`): its calls after the sweep alternate with calls back to back
+    (timing.measure_beside), whose median goes into `beside` under its pair."""
     backend = get_backend(job.backend)
     cand = job.candidate
     seconds = {} if seconds is None else seconds
@@ -704,10 +720,15 @@ def _measure_one(graph: Graph, job: Job, env: Mapping[str, np.ndarray], options:
     where = None if options.runs_alone else placement(threads)
     extend = settings.whole_model_max_seconds if whole and settings.precision else None
     with pinned(where.caller if where is not None else None):
-        timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
-                         min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep,
-                         precision=settings.precision,
-                         max_seconds=None if extend is None else max(extend, settings.min_seconds))
+        if beside is not None and sweep is not None and not options.runs_alone:
+            back, timing = measure_beside(lambda: kernel.run(inputs), sweep, warmup=settings.warmup,
+                                          repeats=settings.repeats, min_seconds=settings.min_seconds)
+            beside[(cand.key, job.backend)] = back.median_s
+        else:
+            timing = measure(lambda: kernel.run(inputs), warmup=settings.warmup, repeats=settings.repeats,
+                             min_seconds=settings.min_seconds, before=None if options.runs_alone else sweep,
+                             precision=settings.precision,
+                             max_seconds=None if extend is None else max(extend, settings.min_seconds))
     lap("timing")
     # compiled ahead (`saved`): its engine compiles slowly enough to compile in worker processes
     if keep is not None and (whole or saved is not None or compile_s >= settings.keep_compiled_s):

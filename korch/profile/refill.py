@@ -8,8 +8,10 @@ inputs, weights and its engine's own buffers and code back: 0.2-0.7 ms on the sm
 back-to-back profiles, split plans read 5-11% under what they run at, and the guided loop explores
 plans that cannot win.
 
-A `RefillSample` is one kernel timed both ways: back to back (its first profile) and after a sweep
-of what a plan's other kernels touch (profile.profile's `evict`). The profile database keeps them
+A `RefillSample` is one kernel timed both ways, call by call in turn: back to back and after a
+sweep of what a plan's other kernels touch (profile.profile's `evict`, timing.measure_beside; its
+first profile instead, taken minutes earlier, let the machine's slow spells and core-link moves in
+between read as refills of either sign). The profile database keeps them
 per machine, threads and backend version (ProfileDB.put_refills), from guided profiling's sample
 of random kernels and from its second timing of the best split plan's kernels (profile/guided.py).
 A kernel so timed has its in-plan time as its record; any other split kernel is priced at its

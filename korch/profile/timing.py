@@ -193,6 +193,36 @@ def measure(fn: Callable[[], object], *, warmup: int = DEFAULT_WARMUP, repeats: 
     return summarize([s / 1e9 for s in samples])
 
 
+def measure_beside(fn: Callable[[], object], sweep: Callable[[], object], *, warmup: int = DEFAULT_WARMUP,
+                   repeats: int = DEFAULT_REPEATS, min_seconds: float = DEFAULT_MIN_SECONDS,
+                   max_runs: int = MAX_RUNS, clock: Clock = time.perf_counter_ns) -> tuple[Timing, Timing]:
+    """`fn()` back to back and after `sweep()`, alternately: each round times one call right after the
+    previous call (its caches as that call left them), runs `sweep` untimed, and times one call
+    after it. Returns (back to back, after the sweep), `repeats` rounds and `min_seconds` at least each.
+
+    What a sweep adds (a refill, korch/profile/refill.py) is the difference of the two medians: timed
+    minutes apart, a slow spell or a move of the vCPUs between them read as a refill of either sign
+    (one yolov4 optimize charged its split kernels a median 0.05 ms, the next 0.36 ms); timed in turn,
+    both series see the same machine."""
+    _check_counts(warmup=warmup, repeats=repeats, max_runs=max_runs)
+    if min_seconds < 0:
+        raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
+    for _ in range(warmup):
+        fn()
+    back: list[int] = []
+    swept: list[int] = []
+    start = clock()
+    while len(back) < max_runs and (len(back) < repeats or clock() - start < min_seconds * 1e9):
+        t0 = clock()
+        fn()
+        back.append(clock() - t0)
+        sweep()
+        t0 = clock()
+        fn()
+        swept.append(clock() - t0)
+    return summarize([s / 1e9 for s in back]), summarize([s / 1e9 for s in swept])
+
+
 def median_known(samples: Sequence[float], precision: float) -> bool:
     """Whether a 90% confidence interval of the median, from order statistics (no assumption on the
     distribution), lies within median x (1 +- precision). With n samples it runs from the

@@ -16,6 +16,7 @@ import pytest
 from korch.candidates import enumerate_candidates
 from korch.profile.database import ProfileDB, Record
 from korch.profile.guided import Refills, SplitProblem, _confirm, _sample_refills, touched_bytes
+from korch.profile.profiler import ProfileOutcome
 from korch.profile.refill import RefillModel, RefillSample
 from korch.profile.timing import Timing
 from korch.settings import OptimizeSettings
@@ -169,7 +170,8 @@ def test_random_kernels_are_timed_again_after_the_sweep_spread_over_bytes_and_ke
     usable = {p: 1e-3 for p in records}
     timed: list[tuple[tuple[str, str], int]] = []
 
-    def measure(want, retime=(), evict=None) -> None:
+    def measure(want, retime=(), evict=None) -> ProfileOutcome:
+        beside = {}
         for name, cs in want.items():
             for c in cs:
                 pair = (c.key, name)
@@ -177,6 +179,8 @@ def test_random_kernels_are_timed_again_after_the_sweep_spread_over_bytes_and_ke
                 timed.append((pair, evict[pair]))
                 records[pair] = _record(c.key, name, 1.4e-3, created=2.0)     # as profile() stores a retime
                 usable[pair] = 1.4e-3
+                beside[pair] = 0.9e-3         # back to back, in turn with those calls: not the 1e-3 profile
+        return ProfileOutcome({}, len(beside), 0, 1.0, None, hot_beside=beside)
 
     with ProfileDB(tmp_path / "p.sqlite") as db:
         refills = Refills(graph, {"onnxruntime": split}, db, {"onnxruntime": "v"}, 2, "m", cap=1 << 40, neighbours=3)
@@ -187,7 +191,9 @@ def test_random_kernels_are_timed_again_after_the_sweep_spread_over_bytes_and_ke
         touched = sorted(refills.kernels[p][0] for p in usable)
         assert {refills.kernels[p][0] for p in picked} >= {touched[0], touched[-1]}   # spread: both ends
         assert all(usable[p] == 1e-3 and records[p].median_s == 1e-3 for p in picked)   # profiles kept ...
-        assert {p[0] for p in picked} == {s.candidate_key for s in db.refills("onnxruntime", "v", 2, "m")}
+        samples = db.refills("onnxruntime", "v", 2, "m")
+        assert {p[0] for p in picked} == {s.candidate_key for s in samples}
+        assert all(s.hot_s == 0.9e-3 and s.refill_s == pytest.approx(0.5e-3) for s in samples)
         assert all(refills.price(p, 1e-3) == pytest.approx(1.4e-3) for p in picked)     # ... priced in plan
         timed.clear()                  # the database holds enough now: nothing more is timed
         assert _sample_refills(refills, usable, records, {"onnxruntime": split}, db, measure, size) == 0 and not timed
@@ -203,10 +209,11 @@ def test_the_best_plans_kernels_timed_again_become_refill_samples(tmp_path: Path
         refills = Refills(graph, only, db, {"onnxruntime": "v"}, 2, "m", cap=1 << 40, neighbours=3)
         split = SplitProblem(graph, only, refills=refills)
 
-        def measure(want, retime=(), evict=None) -> None:
+        def measure(want, retime=(), evict=None) -> ProfileOutcome | None:
             for name, cs in want.items():
                 for c in cs:
                     usable[(c.key, name)] += 0.3e-3
+            return None                        # (no time back to back beside them: their profiles serve)
 
         first = {split.pairs[o.key] for o in split.solve(usable, {}, {}).chosen}
         before = {p: usable[p] for p in first}
@@ -214,6 +221,33 @@ def test_the_best_plans_kernels_timed_again_become_refill_samples(tmp_path: Path
         stored = {s.candidate_key: s for s in db.refills("onnxruntime", "v", 2, "m")}
         assert set(stored) == {p[0] for p in first}
         assert all(stored[p[0]].hot_s == before[p] and stored[p[0]].refill_s == pytest.approx(0.3e-3) for p in first)
+
+
+def test_the_best_plans_kernels_timed_again_are_sampled_against_their_time_back_to_back_beside(
+        tmp_path: Path) -> None:
+    """Where the retime timed each kernel back to back in turn with its calls after the sweep, that time,
+    not its profile, is the sample's other side."""
+    graph, pools = _conv_problem()
+    whole = len(graph.nodes)
+    only = {"onnxruntime": list({c.key: c for c in pools["onnxruntime"] if c.size < whole}.values())}
+    usable = {(c.key, "onnxruntime"): 1e-3 for c in only["onnxruntime"]}
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        refills = Refills(graph, only, db, {"onnxruntime": "v"}, 2, "m", cap=1 << 40, neighbours=3)
+        split = SplitProblem(graph, only, refills=refills)
+
+        def measure(want, retime=(), evict=None) -> ProfileOutcome:
+            beside = {}
+            for name, cs in want.items():
+                for c in cs:
+                    usable[(c.key, name)] = 1.5e-3
+                    beside[(c.key, name)] = 1.2e-3
+            return ProfileOutcome({}, len(beside), 0, 1.0, None, hot_beside=beside)
+
+        first = {split.pairs[o.key] for o in split.solve(usable, {}, {}).chosen}
+        assert _confirm(graph, split, usable, only, None, set(), measure, evict_cap=1 << 40) == len(first)
+        stored = {s.candidate_key: s for s in db.refills("onnxruntime", "v", 2, "m")}
+        assert set(stored) == {p[0] for p in first}
+        assert all(stored[p[0]].hot_s == 1.2e-3 and stored[p[0]].refill_s == pytest.approx(0.3e-3) for p in first)
         others = [p for p in usable if p not in first]
         assert all(split.price(p, usable[p]) == pytest.approx(usable[p] + 0.3e-3) for p in others)
 
@@ -248,7 +282,6 @@ def test_a_kernel_whose_record_is_its_in_plan_time_keeps_its_back_to_back_time_w
 def test_measured_selection_is_offered_split_kernels_at_their_in_plan_price_and_whole_models_at_their_profile(
         tmp_path: Path) -> None:
     from korch.pipeline import build_options, enumerate_all
-    from korch.profile.profiler import ProfileOutcome
 
     graph, _ = _conv_problem()
     settings = replace(OptimizeSettings(threads=2), backends=("onnxruntime",))

@@ -104,6 +104,33 @@ def test_a_retimed_pair_with_an_eviction_is_timed_after_its_sweep_and_the_others
         assert again.records[pair].status is Status.OK
 
 
+def test_an_evicted_retime_is_timed_in_turn_with_calls_back_to_back(tmp_path: Path, monkeypatch) -> None:
+    """The pair retimed with an eviction gets its time back to back beside its record (the other side
+    of its refill, ProfileOutcome.hot_beside); a pair retimed without one, and a first profile, do not."""
+    import korch.profile.profiler as profiler
+
+    graph = _graph()
+    pools = _pool(graph)
+    evicted, plain = pools["onnxruntime"][0], pools["onnxruntime"][1]
+    pair, plain_pair = (evicted.key, "onnxruntime"), (plain.key, "onnxruntime")
+    real = profiler.measure_beside
+    calls: list[int] = []
+
+    def counting(fn, sweep, **kwargs):
+        calls.append(1)
+        return real(fn, sweep, **kwargs)
+
+    monkeypatch.setattr(profiler, "measure_beside", counting)
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        first = profile(graph, pools, db, 1, "m", QUICK, evict={pair: 1 << 20})
+        assert not first.hot_beside and not calls
+        again = profile(graph, pools, db, 1, "m", QUICK, retime=[pair, plain_pair], evict={pair: 1 << 20})
+        assert set(again.hot_beside) == {pair} and again.hot_beside[pair] > 0 and len(calls) == 1
+        assert again.records[pair].status is Status.OK and again.records[pair].runs == QUICK.repeats
+        merged = first.merged(again)
+        assert merged.hot_beside == again.hot_beside
+
+
 def test_plan_eviction_sweeps_at_most_its_buffer_and_unmaps_it() -> None:
     from korch.profile.timing import CacheSweep, PlanEviction
 

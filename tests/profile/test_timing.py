@@ -12,6 +12,7 @@ from korch.profile.timing import (
     Timing,
     interleaved,
     measure,
+    measure_beside,
     median_ratio_decided,
     paired_ratio,
     side_by_side,
@@ -50,6 +51,38 @@ def test_warmup_calls_are_not_timed() -> None:
     assert timing == Timing(median_s=pytest.approx(1e-6, rel=REL), p10_s=pytest.approx(1e-6, rel=REL),
                             p90_s=pytest.approx(1e-6, rel=REL), runs=5)
     assert len(clock.calls) == 7
+
+
+def test_measure_beside_times_calls_back_to_back_and_after_the_sweep_in_turn() -> None:
+    """Each round: a call right after the previous one, the sweep (untimed), a call after it; a slow
+    spell that starts mid-way then falls on both series alike, where a back-to-back profile taken
+    before it and a timing after the sweep taken in it would read the spell as a refill."""
+    clock = FakeClock()
+    state = {"swept": False, "calls": 0}
+
+    def fn() -> None:
+        clock.calls.append("f")
+        state["calls"] += 1
+        slow = 3 if state["calls"] > 8 else 1            # from the 9th call (the 4th round) on
+        clock.now += slow * (1_000 + (400 if state["swept"] else 0))
+        state["swept"] = False
+
+    def sweep() -> None:
+        clock.calls.append("sweep")
+        state["swept"] = True
+
+    back, swept = measure_beside(fn, sweep, warmup=2, repeats=6, min_seconds=0.0, clock=clock)
+    assert clock.calls == ["f", "f"] + ["f", "sweep", "f"] * 6
+    assert back.runs == swept.runs == 6
+    assert back.median_s == pytest.approx(2e-6, rel=REL)            # 1, 1, 1, 3, 3, 3 us
+    assert swept.median_s == pytest.approx(2.8e-6, rel=REL)         # 1.4 x3, 4.2 x3 us
+    # min_seconds: rounds go on past `repeats` until that much time has passed (2 us a round here)
+    clock = FakeClock()
+    fast, _ = measure_beside(clock.task("g", [1_000]), lambda: None, warmup=0, repeats=2, min_seconds=10e-6,
+                             clock=clock)
+    assert fast.runs == 5
+    with pytest.raises(ValueError):
+        measure_beside(fn, sweep, min_seconds=-1.0, clock=clock)
 
 
 def test_median_and_percentiles_interpolate() -> None:
