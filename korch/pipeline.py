@@ -33,6 +33,7 @@ from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
 from korch.plan.buckets import Bucket, BucketedPlan, declared
 from korch.plan.store import keep_compiled, keep_kernels
+from korch.profile import link
 from korch.profile.boundaries import BoundaryModel, boundary_model
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import (
@@ -421,7 +422,9 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     t0 = time.perf_counter()
     checker = plan_checker(graph, onnx_source, settings, original)
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker,
-                                  weights, {b: profiled.whole_state(b, settings.threads) for b in settings.backends})
+                                  weights, {b: profiled.whole_state(b, settings.threads) for b in settings.backends},
+                                  link.state_probe(db.path.parent / "tools", settings.threads,
+                                                   profiled.link[0] if profiled.link else None))
     select_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     check = selected.check or check_plan(selected.plan, selected.session or compile_plan(selected.plan), checker)

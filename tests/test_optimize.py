@@ -784,7 +784,7 @@ def test_a_whole_model_that_stays_slow_in_its_second_look_is_not_checked(
 
     looked: list[tuple[str, bool]] = []
 
-    def slow_again(ctx, bar, champion, other):
+    def slow_again(ctx, bar, champion, other, bar_state=None):
         looked.append((champion.name, champion.session is None and not ctx.kernels))
         other.session = None
         return False

@@ -105,6 +105,40 @@ def far(reading: float, nearest: float) -> bool:
     return reading >= FAR_RATIO * nearest
 
 
+def state(readings: Sequence[float], nearest: float | None = None) -> str | None:
+    """"near" or "far" where `readings` (taken around one timing) all fall in one state, judged against
+    the nearest of them and `nearest` (the nearest read earlier in the run); None where there is no
+    reading or they fall on both sides (the host moved the vCPUs during the timing)."""
+    if not readings:
+        return None
+    floor = min((*readings, *(() if nearest is None else (nearest,))))
+    states = {far(x, floor) for x in readings}
+    return None if len(states) > 1 else "far" if states.pop() else "near"
+
+
+@dataclass(frozen=True)
+class StateProbe:
+    """Which core-link state a timing ran in: the link `read` right before it and right after, judged
+    (`state`) against `nearest`, the nearest link read earlier in the run (ns)."""
+
+    read: Callable[[], float | None]
+    nearest: float | None = None
+
+    def around(self, timing: Callable[[], float]) -> tuple[float, str | None]:
+        """`timing()`'s result and the state it ran in (None: unread, or moving)."""
+        before = self.read()
+        result = timing()
+        after = self.read()
+        return result, state([x for x in (before, after) if x is not None], self.nearest)
+
+
+def state_probe(tools: Path, threads: int, nearest: float | None = None) -> StateProbe | None:
+    """A StateProbe for timings at `threads` (`reader` in `tools`), or None: one thread has no link to
+    cross, or there is no reader."""
+    read = reader(tools) if threads > 1 else None
+    return None if read is None else StateProbe(read, nearest)
+
+
 def _build(tools: Path) -> Path | None:
     """The probe's binary, compiled into `tools` once per version of SOURCE (None: no C compiler, or
     it failed, with the reason logged)."""

@@ -120,11 +120,8 @@ class ProfileOutcome:
         if threads <= 1:
             return "one thread"
         links = self.whole_links.get(backend, ())
-        if not links:
-            return None
-        nearest = min((*links, *(x for v in self.whole_links.values() for x in v), *(self.link or ())))
-        states = {link.far(x, nearest) for x in links}
-        return None if len(states) > 1 else "far" if states.pop() else "near"
+        return link.state(links, min((*links, *(x for v in self.whole_links.values() for x in v),
+                                      *(self.link or ())), default=None))
 
     def merged(self, more: ProfileOutcome) -> ProfileOutcome:
         """This outcome and `more`, a later profile of other pairs at the same tolerance: their records,

@@ -66,7 +66,7 @@ import itertools
 import logging
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -81,6 +81,7 @@ from korch.plan.schedule import Schedule, ScheduleError
 from korch.plan.store import stored_kernels
 from korch.profile.boundaries import BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
+from korch.profile.link import StateProbe
 from korch.profile.timing import CacheSweep, measure, median_ratio_decided, paired_ratio, side_by_side
 from korch.runtime import Session, compile_plan
 from korch.runtime.session import compile_step
@@ -93,7 +94,7 @@ log = logging.getLogger("korch.select")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v15-duel-round-seconds"
+PROCEDURE = "measured-selection-v16-look-link-state"
 SPLIT = "split"
 # In-plan costs are keyed "candidate key|backend"; this entry holds the start cost of a kernel not
 # yet timed in a plan (_Context.costed), beyond its engine's calibrated kernel start, stored with them
@@ -307,7 +308,7 @@ class _Context:
                  source: OnnxSource | None, settings: OptimizeSettings, machine: str,
                  boundaries: BoundaryModel, checker: PlanChecker | None,
                  store: tuple[Path, str] | None = None, whole_states: Mapping[str, str | None] | None = None,
-                 ) -> None:
+                 links: StateProbe | None = None) -> None:
         from korch import __version__
 
         self.graph, self.steps, self.source, self.settings = graph, steps, source, settings
@@ -316,6 +317,7 @@ class _Context:
         self.store = store          # (cache dir, weights digest): where compiled kernels are kept (plan/store.py)
         # backend -> the machine's state while its whole model was profiled (ProfileOutcome.whole_state)
         self.whole_states = dict(whole_states or {})
+        self.links = links          # the core-link state of a look's timings (None: not read)
         self.machine, self.version = machine, __version__
         everything = frozenset(range(len(graph.nodes)))
         self.whole: dict[str, Option] = {}
@@ -335,6 +337,10 @@ class _Context:
         self.excluded_nodes: set[tuple[str, frozenset[int]]] = set()
         self._probe: _Probe | None = None
         self._probe_tried = False
+
+    def around(self, timing: Callable[[], float]) -> tuple[float, str | None]:
+        """`timing()`, and the core-link state it ran in (link.StateProbe; None: not read, or moving)."""
+        return (timing(), None) if self.links is None else self.links.around(timing)
 
     def stored(self, plan: Plan) -> Plan:
         """`plan` with the kernels the cache keeps compiled (profiling keeps each engine's whole model
@@ -586,17 +592,20 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
                        source: OnnxSource | None, settings: OptimizeSettings, machine: str,
                        db: ProfileDB | None = None, boundaries: BoundaryModel | None = None,
                        checker: PlanChecker | None = None, weights: str | None = None,
-                       whole_states: Mapping[str, str | None] | None = None) -> Selected:
+                       whole_states: Mapping[str, str | None] | None = None,
+                       links: StateProbe | None = None) -> Selected:
     """The fastest plan as measured, of those that pass `checker`: the best split plan or one engine's
     whole model (module doc). `boundaries`: the machine's calibrated boundary costs (None: boundaries
     cost nothing). `checker`: None checks nothing (the caller checks the plan kept). `weights`: the
     digest of the model's constants (Graph.constants_digest); a remembered plan that passed its check
     on the same weights is returned as it is, neither compiled, timed nor checked again. `whole_states`:
     backend -> the machine's state while its whole model was profiled in this run
-    (ProfileOutcome.whole_state; None or absent: unknown), which decides `_second_look`s."""
+    (ProfileOutcome.whole_state; None or absent: unknown), which decides `_second_look`s. `links`: reads
+    the core-link state a look's timings ran in (None: not read)."""
     ctx = _Context(graph, options, steps, source, settings, machine,
                    boundaries if boundaries is not None else BoundaryModel(), checker,
-                   (db.path.parent, weights) if db is not None and weights is not None else None, whole_states)
+                   (db.path.parent, weights) if db is not None and weights is not None else None, whole_states,
+                   links)
     problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
@@ -793,17 +802,31 @@ def _contenders(ctx: _Context, split: _Timed | None) -> list[str]:
                   key=lambda b: (ctx.whole[b].cost, b))
 
 
-def _second_look(ctx: _Context, bar: float, champion: _Contender, other: _Contender) -> bool:
+def _second_look(ctx: _Context, bar: float, champion: _Contender, other: _Contender,
+                 bar_state: str | None = None) -> bool:
     """Whether a whole model profiled beyond `contender_factor` of the rest joins the duels: it is
     timed again after the champion (`bar`: its time just before), both alone, and joins if within the
     factor of it. A profile taken while something else loaded the machine reads slow (yolox-nano:
     onnxruntime's whole model profiled at 79 ms against its 25), and without this look the model it
-    belongs to never met the split plan it beat."""
+    belongs to never met the split plan it beat.
+
+    The two timings are seconds apart, and the host may move the vCPUs between them: where the other's
+    timing ran in one core-link state and the champion's did not (`bar_state`, from ctx.around), a
+    whole-model champion profiled in the other's state is held to that profile instead. (yolov4 at
+    4f974b9, the link not read around looks then: OpenVINO's whole model, profiled at 238 ms with the
+    link near, timed 282 ms as the bar, 1.19x, about what the far state costs it, then Inductor's
+    351 ms, 0.98x its profile taken near, joined a duel it lost at 1.56x, 14 s.)"""
     factor, repeats = ctx.settings.selection.contender_factor, ctx.settings.selection.look_repeats
-    seconds = ctx.time(other.session, repeats)
-    joins = seconds <= factor * bar
-    log.info("%s, profiled at %s, timed again at %s beside %s at %s: %s", _who(other.name),
-             _ms(other.estimate_s), _ms(seconds), _who(champion.name), _ms(bar),
+    seconds, state = ctx.around(lambda: ctx.time(other.session, repeats))
+    reference, against = bar, f"beside {_who(champion.name)} at {_ms(bar)}"
+    if state is not None and state != bar_state and champion.name != SPLIT and \
+            ctx.whole_states.get(champion.name) == state:
+        reference = champion.estimate_s
+        against = (f"with the core link {state}, against {_who(champion.name)}'s profile in that state, "
+                   f"{_ms(reference)} (timed at {_ms(bar)} with the link {bar_state or 'moving'})")
+    joins = seconds <= factor * reference
+    log.info("%s, profiled at %s, timed again at %s %s: %s", _who(other.name),
+             _ms(other.estimate_s), _ms(seconds), against,
              "compared side by side" if joins else f"beyond {factor:.2f}x, not compared")
     if not joins:
         other.session = None  # type: ignore[assignment]   # its weights go now
@@ -930,7 +953,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
             assert champion is not None and bar_s is not None
             looked = _Contender(backend, plan, selection, session, None, ctx.whole[backend].cost)
             session = None                       # (held by `looked` alone: a look that fails drops it)
-            if not _second_look(ctx, bar_s, champion, looked):
+            if not _second_look(ctx, bar_s, champion, looked, bar_state):
                 return None
             session = looked.session
         check = ctx.check(plan, session)
@@ -964,6 +987,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         if (c := admit(backend)) is not None:
             meet(c)
     bar_s: float | None = None                   # the champion's time, which second looks are held to
+    bar_state: str | None = None                 # ... and the core-link state it was timed in
     champion_s: float | None = None              # ... timed as a plan is, where no duel timed it
     if champion is not None and ctx.settings.selection.duel_rounds > 0:
         for backend in sorted(set(ctx.whole) - tried, key=lambda b: ctx.whole[b].cost):
@@ -980,10 +1004,12 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
                 # Timed once, before the look: a whole-model champion that compiles again in seconds is
                 # dropped while the other loads (yolov4: Inductor's whole model loaded beside
                 # OpenVINO's was the optimize's peak, 4.6 GB), and compiled again only for a duel.
+                session = champion.session
                 if duels:
-                    bar_s = ctx.time(champion.session, ctx.settings.selection.look_repeats)
+                    bar_s, bar_state = ctx.around(lambda: ctx.time(session, ctx.settings.selection.look_repeats))
                 else:                            # (timed as a plan is: the kept plan's measured time)
-                    bar_s = champion_s = ctx.time(champion.session)
+                    bar_s, bar_state = ctx.around(lambda: ctx.time(session))
+                    champion_s = bar_s
                 if champion.name != SPLIT and ctx.quick_to_compile(champion.name):
                     champion.session = None  # type: ignore[assignment]
                     release_freed_heap()

@@ -167,12 +167,41 @@ def test_a_second_look_times_the_other_with_look_repeats_and_joins_within_the_fa
         return {"other": other_ms * 1e-3}[session]
 
     settings = SimpleNamespace(selection=SelectionSettings(contender_factor=1.25, look_repeats=3))
-    ctx = SimpleNamespace(settings=settings, time=time)
+    ctx = SimpleNamespace(settings=settings, time=time, around=lambda timing: (timing(), None), whole_states={})
     champion = SimpleNamespace(name="openvino", session=None, estimate_s=25e-3)
     other = SimpleNamespace(name="onnxruntime", session="other", estimate_s=80e-3)
     assert measured._second_look(ctx, 25e-3, champion, other) is joins            # type: ignore[arg-type]
     assert calls == [("other", 3)]
     assert (other.session is None) is (not joins)
+
+
+@pytest.mark.parametrize(("champion_name", "look_state", "bar_state", "profile_state", "joins"), [
+    ("openvino", "near", "near", "near", True),       # one state: held to the bar (351 <= 1.25 x 282)
+    ("openvino", "near", "far", "near", False),       # the bar ran far: held to the profile taken near
+    ("openvino", "near", None, "near", False),        # ... or while the link moved
+    ("openvino", "near", "far", "far", True),         # no profile in the look's state: the bar
+    ("openvino", None, "far", "near", True),          # the look's own state unknown: the bar
+    (SPLIT, "near", "far", None, True),               # a split champion has no profile: the bar
+])
+def test_a_second_look_in_another_link_state_than_the_bar_is_held_to_the_champions_profile_in_its_state(
+        champion_name: str, look_state: str | None, bar_state: str | None, profile_state: str | None,
+        joins: bool) -> None:
+    """yolov4 at 4f974b9 (the link not read around looks then): OpenVINO's whole model (profiled 238 ms,
+    link near) timed 282 ms as the bar, Inductor's then 351 ms: within 1.25x of the bar, it joined a
+    duel and lost at 1.56x. These are those times, with the states the test gives them."""
+    reads = []
+
+    def around(timing):
+        reads.append(1)
+        return timing(), look_state
+
+    settings = SimpleNamespace(selection=SelectionSettings(contender_factor=1.25, look_repeats=3))
+    ctx = SimpleNamespace(settings=settings, time=lambda session, repeats=None: 351e-3, around=around,
+                          whole_states={champion_name: profile_state})
+    champion = SimpleNamespace(name=champion_name, session=None, estimate_s=237.6e-3)
+    other = SimpleNamespace(name="inductor", session="other", estimate_s=358e-3)
+    assert measured._second_look(ctx, 282e-3, champion, other, bar_state) is joins   # type: ignore[arg-type]
+    assert reads == [1] and (other.session is None) is (not joins)
 
 
 @pytest.mark.parametrize(("states", "cost_ms", "look"), [
