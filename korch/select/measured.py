@@ -819,6 +819,8 @@ def _second_look(ctx: _Context, bar: float, champion: _Contender, other: _Conten
     factor, repeats = ctx.settings.selection.contender_factor, ctx.settings.selection.look_repeats
     seconds, state = ctx.around(lambda: ctx.time(other.session, repeats))
     reference, against = bar, f"beside {_who(champion.name)} at {_ms(bar)}"
+    if state is not None or bar_state is not None:
+        against += f" (the core link {state or 'moving'} / {bar_state or 'moving'})"
     if state is not None and state != bar_state and champion.name != SPLIT and \
             ctx.whole_states.get(champion.name) == state:
         reference = champion.estimate_s
