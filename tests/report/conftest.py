@@ -16,7 +16,7 @@ from korch.ir.types import DType, TensorType
 from korch.pipeline import optimize
 from korch.plan import Plan, Step, save_plan
 from korch.profile.database import ProfileDB, machine_fingerprint
-from korch.settings import QUICK_CALIBRATION, OptimizeSettings
+from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, OptimizeSettings
 
 # Primitives in the synthetic plan: the size the report must stay usable at.
 LARGE_PRIMITIVES = 1500
@@ -35,12 +35,21 @@ class SavedPlan:
     plan: Plan
 
 
-@pytest.fixture(scope="module")
-def candy_plan(tmp_path_factory: pytest.TempPathFactory) -> SavedPlan:
+def exhaustive_settings() -> OptimizeSettings:
+    """kernels_only_settings with every candidate profiled (quick timing): rivals that lost always exist."""
+    return dataclasses.replace(kernels_only_settings(), profile=dataclasses.replace(QUICK_PROFILE, guided=False))
+
+
+def save_candy_plan(tmp_path_factory: pytest.TempPathFactory, settings: OptimizeSettings) -> SavedPlan:
     root = tmp_path_factory.mktemp("candy")
     with ProfileDB(root / "cache" / "profiles.sqlite") as db:
-        plan, _, _ = optimize(zoo.to_model_proto("candy-mini"), db, kernels_only_settings())
+        plan, _, _ = optimize(zoo.to_model_proto("candy-mini"), db, settings)
     return SavedPlan(save_plan(plan, root / "plan"), root / "cache", plan)
+
+
+@pytest.fixture(scope="module")
+def candy_plan(tmp_path_factory: pytest.TempPathFactory) -> SavedPlan:
+    return save_candy_plan(tmp_path_factory, kernels_only_settings())
 
 
 def large_plan(directory: Path, seed: int = 0) -> Path:
