@@ -400,14 +400,25 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     records = dict(got.records)
     usable = _usable(records, got.tolerance)
 
-    def absorb(want: Mapping[str, Sequence[Candidate]], retime: Collection[tuple[str, str]] = ()) -> None:
-        """Profile `want` (`retime`: pairs of it measured again though stored) and take in its records."""
+    def absorb(want: Mapping[str, Sequence[Candidate]], retime: Collection[tuple[str, str]] = (),
+               keep_profile: tuple[str, str] | None = None) -> ProfileOutcome:
+        """Profile `want` (`retime`: pairs of it measured again though stored) and take in its records,
+        but for `keep_profile`'s, a retimed pair whose record, link state and refill stay as they were
+        (_look_again). Returns what was profiled."""
         nonlocal got
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference,
                         retime)
-        got = got.merged(more)
-        records.update(more.records)
-        usable.update(_usable(more.records, got.tolerance))
+        taken = more
+        if keep_profile is not None and keep_profile in records:
+            backend = keep_profile[1]
+            taken = replace(more, records={**more.records, keep_profile: records[keep_profile]},
+                            whole_links={b: v for b, v in more.whole_links.items() if b != backend},
+                            whole_at_speed=more.whole_at_speed - {backend},
+                            hot_beside={p: v for p, v in more.hot_beside.items() if p != keep_profile})
+        got = got.merged(taken)
+        records.update(taken.records)
+        usable.update(_usable(taken.records, got.tolerance))
+        return more
 
     # The whole model first, where it is compiled in place anyway (its constants too large for a
     # worker): a backend whose whole model is far behind the others' has its tiling left out. A whole
@@ -432,21 +443,14 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         absorb({name: [*want.get(name, ()), *wholes.get(name, ())] for name in {*want, *wholes}})
         carry = {name: [c for c in own if c not in wholes[name]] for name, own in carry.items()}
     for name in regions:
+        compared = usable
         if carry.get(name) and settings.threads > 1 and (other := _other_state(got, name, pools, usable, whole,
                                                                               settings.threads)) is not None:
             o_name, o_cand, states = other
             log.info("%s: its whole model was profiled with the core link %s, %s's %s: timing %s's again to "
                      "compare them in one state", name, states[0], o_name, states[1], o_name)
-            want = {o_name: [o_cand]}
-            # with a small kernel timed again before it, the speed watch's sentinel (so the new profile
-            # is known to be at the machine's speed, or not)
-            lo, hi = ps.watch_sentinel_s
-            sentinel = next(((n, c) for c in unique for n in pools if not get_backend(n).compiles_ahead
-                             and lo <= usable.get((c.key, n), -1.0) <= hi), None)
-            if sentinel is not None:
-                want[sentinel[0]] = [*want.get(sentinel[0], ()), sentinel[1]]
-            absorb(want, {(c.key, n) for n, cs in want.items() for c in cs})
-        if carry.get(name) and (reason := _far_behind(name, regions[name], pools, usable, whole, ps.tiles_within)):
+            compared = {**usable, **_look_again(o_name, o_cand, unique, pools, usable, records, db, absorb, ps)}
+        if carry.get(name) and (reason := _far_behind(name, regions[name], pools, compared, whole, ps.tiles_within)):
             log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))
             carry[name] = []
 
@@ -506,6 +510,32 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     if any(carry.values()):                  # no round measured anything: the regions alone
         measure({})
     return replace(got, records=records, measured=got.measured + len(illegal))
+
+
+def _look_again(name: str, cand: Candidate, unique: Sequence[Candidate], pools: Mapping[str, Sequence[Candidate]],
+                usable: Mapping[tuple[str, str], float], records: Mapping[tuple[str, str], Record], db: ProfileDB,
+                absorb: Callable[..., ProfileOutcome], ps: ProfileSettings) -> dict[tuple[str, str], float]:
+    """`name`'s whole model timed again, in the machine's state now, for one comparison: {its pair:
+    the new time}, or {} where that timing failed. Its profile stays the one it had (in the database,
+    `records` and the outcome's link states): that one was taken in the state of the rest of its
+    backend's profiles, and selection judges those kernels against it. A yolov4 optimize that kept
+    the new, far-state profile in its place timed the split plan's near-state kernels at 1.26x the
+    speed it expected (BENCHMARKS.md, 2026-12-05). A small kernel is timed again right before it, as
+    the speed watch's sentinel, so the look is known to be at the machine's speed, or not."""
+    pair = (cand.key, name)
+    prior = records[pair]
+    want = {name: [cand]}
+    lo, hi = ps.watch_sentinel_s
+    sentinel = next(((n, c) for c in unique for n in pools if not get_backend(n).compiles_ahead
+                     and lo <= usable.get((c.key, n), -1.0) <= hi), None)
+    if sentinel is not None:
+        want[sentinel[0]] = [*want.get(sentinel[0], ()), sentinel[1]]
+    more = absorb(want, {(c.key, n) for n, cs in want.items() for c in cs}, keep_profile=pair)
+    look = more.records.get(pair)
+    if look is None or look is prior or not look.median_s:
+        return {}
+    db.put(prior)
+    return {pair: look.median_s}
 
 
 def _other_state(got: ProfileOutcome, name: str, pools: Mapping[str, Sequence[Candidate]],
