@@ -43,9 +43,9 @@ FULL = ["candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "ber
 
 def timed(cmd: list[str], env: dict[str, str], tree: bool = False
           ) -> tuple[float, float, int, str, tuple[float, float, list]]:
-    """Wall seconds, peak RSS (MB) and exit code of a child process, its output tail, and with `tree`
-    the peaks of its process tree's summed RSS and summed PSS (MB; else 0), and the tree at its PSS
-    peak: [program, pid, PSS MB] per process, largest first. The peak RSS is wait4's: the largest of
+    """Wall seconds, peak RSS (MiB, 2**20 bytes, as every "mb" here) and exit code of a child process,
+    its output tail, and with `tree` the peaks of its process tree's summed RSS and summed PSS (MiB;
+    else 0), and the tree at its PSS peak: [program, pid, PSS MiB] per process, largest first. The peak RSS is wait4's: the largest of
     the process and each descendant alone (a compile worker's own peak, not added to the optimizer's);
     the tree's summed RSS is sampled every 0.1 s from statm (a shorter peak can be missed), its summed PSS
     every PSS_EVERY_S from smaps_rollup. Not while timing: `korch bench` runs unsampled."""
@@ -85,8 +85,8 @@ PSS_EVERY_S = 5.0
 
 
 def _tree_mb(pid: int, with_pss: bool = True) -> tuple[float, float, list]:
-    """The summed RSS of `pid` and its descendants now, MB (0 for those gone meanwhile), and with
-    `with_pss` their summed PSS and [program, pid, PSS MB] of each, largest first (else 0 and [])."""
+    """The summed RSS of `pid` and its descendants now, MiB (0 for those gone meanwhile), and with
+    `with_pss` their summed PSS and [program, pid, PSS MiB] of each, largest first (else 0 and [])."""
     rss = pss = 0
     members = []
     todo = [pid]
@@ -269,7 +269,7 @@ def _tree(result: dict) -> str:
 
 
 def _rss(systems: dict) -> str:
-    """Each system's run peak RSS in MB; '-' where it was not measured (torch.compile of an ONNX file:
+    """Each system's run peak RSS in MiB; '-' where it was not measured (torch.compile of an ONNX file:
     korch bench measures only the zoo's own torch module)."""
     return " / ".join(f"{systems[k]['peak_rss_mb']:.0f}" if systems.get(k, {}).get("peak_rss_mb") is not None
                       else "-" for k in ("korch", *PEERS))
@@ -283,8 +283,8 @@ def _paired(result: dict) -> str:
 
 def table(results: list[dict]) -> str:
     head = ("| model | threads | korch ms (p10-p90) | onnxruntime ms | torch.compile ms | OpenVINO ms | vs best | "
-            "max rel err | optimize cold / warm s | optimize RSS MB (process / tree / tree PSS) | "
-            "run RSS MB korch / ORT / torch / OV | "
+            "max rel err | optimize cold / warm s | optimize RSS MiB (process / tree / tree PSS) | "
+            "run RSS MiB korch / ORT / torch / OV | "
             "candidates (unique) | kernels profiled | kernels by backend |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
@@ -432,7 +432,7 @@ def tree_lines(results: list[dict]) -> str:
             shown = ", ".join(f"{name} ({pid}) {mb:.0f}" for name, pid, mb in members[:6])
             more = f", and {len(members) - 6} more" if len(members) > 6 else ""
             lines.append(f"- {r['model']}, {r['threads']} threads: tree PSS peak "
-                         f"{r['optimize_tree_pss_peak_mb']:.0f} MB: {shown}{more}")
+                         f"{r['optimize_tree_pss_peak_mb']:.0f} MiB: {shown}{more}")
     return "\n".join(lines)
 
 

@@ -254,7 +254,7 @@ def format_table(result: dict[str, Any]) -> str:
     systems = result["systems"]
     base = systems["korch"]["median_ms"]
     lines = [f"{result['model']} ({result['threads']} threads)",
-             f"{'system':<14} {'median ms':>10} {'p10 ms':>8} {'p90 ms':>8} {'peak MB':>8} {'vs korch':>9} "
+             f"{'system':<14} {'median ms':>10} {'p10 ms':>8} {'p90 ms':>8} {'peak MiB':>8} {'vs korch':>9} "
              f"{'rel err':>9}"]
     for name, s in systems.items():
         rss = f"{s['peak_rss_mb']:.0f}" if s["peak_rss_mb"] is not None else "-"
