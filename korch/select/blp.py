@@ -556,7 +556,11 @@ class _WarmLP:
         highs, n, columns = self._highs, len(self._columns), self._columns
         highs.changeColsCost(n, columns, cost)
         highs.changeColsBounds(n, columns, np.zeros(n), upper)
-        highs.setOptionValue("time_limit", float(max(time_limit, 0.0)))
+        # HiGHS 1.x holds its time limit against the instance's run time summed over every run(), not
+        # this run's: a yolov4 optimize's guided loop had spent 60 s in this LP by its 70th solve, and
+        # every later relaxation stopped at once ("time limit reached"), each round then handing a
+        # 60 s MILP the whole problem unfixed, which stopped at its limit too, far from optimal
+        highs.setOptionValue("time_limit", highs.getRunTime() + float(max(time_limit, 0.0)))
         highs.run()
         status = highs.getModelStatus()
         if status in (self._statuses.kInfeasible, self._statuses.kUnboundedOrInfeasible):

@@ -356,3 +356,25 @@ def test_a_budget_of_uncertainty_bounds_every_selection_less_its_largest_discoun
     everything = problem.relax(costs, discounts=discounts, budget=100).bound_s
     assert everything == pytest.approx(problem.relax({k: c - discounts.get(k, 0.0) for k, c in costs.items()}).bound_s)
     assert everything * (1 - 1e-9) <= got.bound_s <= problem.relax(costs).bound_s * (1 + 1e-9)    # (rounding)
+
+
+def test_a_warm_lp_gets_its_time_limit_on_every_solve_not_summed_over_them() -> None:
+    """HiGHS 1.x compares its time limit with the run time of every run() of an instance together. The
+    guided loop solves one relaxation per round on one instance; once those summed to the limit (a
+    yolov4 optimize's 70th round), every solve stopped at once. A limit well above one solve's time,
+    but below the solves' sum, must still solve."""
+    from scipy import sparse
+
+    from korch.select.blp import _WarmLP
+
+    rng = np.random.default_rng(0)
+    rows, cols = 300, 600
+    matrix = sparse.random(rows, cols, density=0.02, random_state=1, format="csr", data_rvs=lambda n: np.ones(n))
+    matrix = sparse.csr_array(sparse.vstack([matrix, sparse.csr_matrix(np.eye(cols)[:rows])]))   # every row coverable
+    lp = _WarmLP(matrix, np.ones(matrix.shape[0]))
+    upper = np.ones(cols)
+    for _ in range(40):
+        assert lp.solve(rng.uniform(0.1, 1.0, cols), upper, time_limit=60.0) is not None
+    summed = lp._highs.getRunTime()
+    assert summed > 0
+    assert lp.solve(rng.uniform(0.1, 1.0, cols), upper, time_limit=summed / 2) is not None
