@@ -874,8 +874,8 @@ def test_inductors_whole_model_is_compared_for_its_tiling_with_another_profiled_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """At two threads, Inductor's whole model profiled with the core link near and onnxruntime's far
     (forced here): before tiles_within compares them, onnxruntime's whole model is timed again, with
-    a small kernel timed before it as the speed watch's sentinel. That timing is for the comparison
-    only: onnxruntime's whole-model profile stays its first in the database."""
+    a small kernel timed before it as the speed watch's sentinel. onnxruntime's whole-model profile
+    is then the faster of its two timings, in the database too."""
     pytest.importorskip("torch")
     import logging
 
@@ -907,7 +907,7 @@ def test_inductors_whole_model_is_compared_for_its_tiling_with_another_profiled_
         first, again = ort_whole
         assert first.median_s != again.median_s            # (two timings: equal to the ns would say nothing)
         stored = db.get_many([first.candidate_key], "onnxruntime", first.backend_version, 2, first.machine)
-        assert stored[first.candidate_key].median_s == first.median_s
+        assert stored[first.candidate_key].median_s == min(first.median_s, again.median_s)
     said = [r.getMessage() for r in caplog.records if "to compare them in one state" in r.getMessage()]
     assert said == ["inductor: its whole model was profiled with the core link near, onnxruntime's far: timing "
                     "onnxruntime's again to compare them in one state"], said

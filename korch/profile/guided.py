@@ -401,20 +401,25 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     usable = _usable(records, got.tolerance)
 
     def absorb(want: Mapping[str, Sequence[Candidate]], retime: Collection[tuple[str, str]] = (),
-               keep_profile: tuple[str, str] | None = None) -> ProfileOutcome:
-        """Profile `want` (`retime`: pairs of it measured again though stored) and take in its records,
-        but for `keep_profile`'s, a retimed pair whose record, link state and refill stay as they were
-        (_look_again). Returns what was profiled."""
+               keep_faster: tuple[str, str] | None = None) -> ProfileOutcome:
+        """Profile `want` (`retime`: pairs of it measured again though stored) and take in its records;
+        `keep_faster`, a retimed pair, keeps the faster of its two profiles, with that profile's link
+        state and refill (_look_again). Returns what was profiled."""
         nonlocal got
         more = _profile(graph, want, db, settings, machine, source, progress, outcome.fp32_error, keep, reference,
                         retime)
         taken = more
-        if keep_profile is not None and keep_profile in records:
-            backend = keep_profile[1]
-            taken = replace(more, records={**more.records, keep_profile: records[keep_profile]},
+        prior = records.get(keep_faster) if keep_faster is not None else None
+        new = more.records.get(keep_faster) if keep_faster is not None else None
+        if keep_faster is not None and prior is not None and prior.median_s and \
+                (new is None or not new.median_s or prior.median_s <= new.median_s):
+            backend = keep_faster[1]
+            taken = replace(more, records={**more.records, keep_faster: prior},
                             whole_links={b: v for b, v in more.whole_links.items() if b != backend},
                             whole_at_speed=more.whole_at_speed - {backend},
-                            hot_beside={p: v for p, v in more.hot_beside.items() if p != keep_profile})
+                            hot_beside={p: v for p, v in more.hot_beside.items() if p != keep_faster})
+            if new is not prior:
+                db.put(prior)
         got = got.merged(taken)
         records.update(taken.records)
         usable.update(_usable(taken.records, got.tolerance))
@@ -449,7 +454,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
             o_name, o_cand, states = other
             log.info("%s: its whole model was profiled with the core link %s, %s's %s: timing %s's again to "
                      "compare them in one state", name, states[0], o_name, states[1], o_name)
-            compared = {**usable, **_look_again(o_name, o_cand, unique, pools, usable, records, db, absorb, ps)}
+            compared = {**usable, **_look_again(o_name, o_cand, unique, pools, usable, records, absorb, ps)}
         if carry.get(name) and (reason := _far_behind(name, regions[name], pools, compared, whole, ps.tiles_within)):
             log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))
             carry[name] = []
@@ -513,15 +518,18 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
 
 
 def _look_again(name: str, cand: Candidate, unique: Sequence[Candidate], pools: Mapping[str, Sequence[Candidate]],
-                usable: Mapping[tuple[str, str], float], records: Mapping[tuple[str, str], Record], db: ProfileDB,
+                usable: Mapping[tuple[str, str], float], records: Mapping[tuple[str, str], Record],
                 absorb: Callable[..., ProfileOutcome], ps: ProfileSettings) -> dict[tuple[str, str], float]:
     """`name`'s whole model timed again, in the machine's state now, for one comparison: {its pair:
-    the new time}, or {} where that timing failed. Its profile stays the one it had (in the database,
-    `records` and the outcome's link states): that one was taken in the state of the rest of its
-    backend's profiles, and selection judges those kernels against it. A yolov4 optimize that kept
-    the new, far-state profile in its place timed the split plan's near-state kernels at 1.26x the
-    speed it expected (BENCHMARKS.md, 2026-12-05). A small kernel is timed again right before it, as
-    the speed watch's sentinel, so the look is known to be at the machine's speed, or not."""
+    the new time}, or {} where that timing failed. Its profile becomes the faster of the two (in the
+    database, `records` and the outcome's link states), as for a kernel timed again after a slow
+    spell: with the vCPUs apart a 2-thread kernel runs slower, and a plan runs mostly with them near
+    (194 of 240 zoo bench rounds at 2 threads, BENCHMARKS.md, 2026-12-05). Selection judges the
+    backend's split kernels against this profile: a yolov4 optimize that kept the far-state look in
+    place of a near-state profile timed its near-state split kernels at 1.26x the speed it expected,
+    and one that kept a far-state profile beside a near-state look predicted 296 ms for a plan the
+    look timed at 261. A small kernel is timed again right before it, as the speed watch's sentinel,
+    so the look is known to be at the machine's speed, or not."""
     pair = (cand.key, name)
     prior = records[pair]
     want = {name: [cand]}
@@ -530,12 +538,9 @@ def _look_again(name: str, cand: Candidate, unique: Sequence[Candidate], pools: 
                      and lo <= usable.get((c.key, n), -1.0) <= hi), None)
     if sentinel is not None:
         want[sentinel[0]] = [*want.get(sentinel[0], ()), sentinel[1]]
-    more = absorb(want, {(c.key, n) for n, cs in want.items() for c in cs}, keep_profile=pair)
+    more = absorb(want, {(c.key, n) for n, cs in want.items() for c in cs}, keep_faster=pair)
     look = more.records.get(pair)
-    if look is None or look is prior or not look.median_s:
-        return {}
-    db.put(prior)
-    return {pair: look.median_s}
+    return {} if look is None or look is prior or not look.median_s else {pair: look.median_s}
 
 
 def _other_state(got: ProfileOutcome, name: str, pools: Mapping[str, Sequence[Candidate]],
