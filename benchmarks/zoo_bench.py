@@ -15,7 +15,8 @@ optimizer (a page shared by n of them counts 1/n in each, so the sum is what the
 summed RSS counts a library mapped in three processes three times). Results go to
 DIR/results.json (per system: median, p10, p90, peak RSS and error against onnxruntime; the cold
 optimize's seconds by stage and what its selection kept and why, from its plan's summary, before
-the warm run writes the plan again) and the Markdown tables to stdout; nothing
+the warm run writes the plan again) and the Markdown tables to stdout; the cold optimize runs with
+`korch -v` and its whole log is kept as DIR/<model>-t<threads>/cold-optimize.log. Nothing
 here is typed by hand. "vs best" is the fastest peer's median over korch's, and in brackets (runs
 since bench reports it) the median over rounds of that peer's time over korch's in the same round,
 steadier where the two are close (korch/bench.py). A model given as an
@@ -41,14 +42,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))    # the tables 
 FULL = ["candy", "segformer-b0", "efficientvit-b1", "yolox-nano", "yolov4", "bert-base", "vit-b16", "gpt2-small"]
 
 
-def timed(cmd: list[str], env: dict[str, str], tree: bool = False
+def timed(cmd: list[str], env: dict[str, str], tree: bool = False, log_path: Path | None = None
           ) -> tuple[float, float, int, str, tuple[float, float, list]]:
     """Wall seconds, peak RSS (MiB, 2**20 bytes, as every "mb" here) and exit code of a child process,
     its output tail, and with `tree` the peaks of its process tree's summed RSS and summed PSS (MiB;
     else 0), and the tree at its PSS peak: [program, pid, PSS MiB] per process, largest first. The peak RSS is wait4's: the largest of
     the process and each descendant alone (a compile worker's own peak, not added to the optimizer's);
     the tree's summed RSS is sampled every 0.1 s from statm (a shorter peak can be missed), its summed PSS
-    every PSS_EVERY_S from smaps_rollup. Not while timing: `korch bench` runs unsampled."""
+    every PSS_EVERY_S from smaps_rollup. Not while timing: `korch bench` runs unsampled. `log_path`:
+    where its whole output is written."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     tree_peak: list = [0.0, 0.0, []]
@@ -68,6 +70,8 @@ def timed(cmd: list[str], env: dict[str, str], tree: bool = False
     if tree:
         sampler.start()
     output = proc.stdout.read() if proc.stdout else ""
+    if log_path is not None:
+        log_path.write_text(output)
     _, status, usage = os.wait4(proc.pid, 0)
     done.set()
     if tree:
@@ -148,7 +152,10 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
     link: dict[str, list] = {"optimize": [], "profiling": []}
     if previous is None:
         link["optimize"].append(_link())
-        cold_s, cold_rss, code, log, cold_tree = timed(optimize, env, tree=True)
+        # verbose, its log kept beside the plan: what a figure came from (which steps ran, a solver that
+        # stopped at its time limit) is read there afterwards
+        verbose = [sys.executable, "-m", "korch", "-v", *optimize[4:]]
+        cold_s, cold_rss, code, log, cold_tree = timed(verbose, env, tree=True, log_path=work / "cold-optimize.log")
         link["optimize"].append(_link())
         if code != 0:
             return {"model": name, "threads": threads, "error": f"optimize failed ({code}): {log}"}
