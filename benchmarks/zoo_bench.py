@@ -46,8 +46,9 @@ def timed(cmd: list[str], env: dict[str, str], tree: bool = False, log_path: Pat
           ) -> tuple[float, float, int, str, tuple[float, float, list]]:
     """Wall seconds, peak RSS (MiB, 2**20 bytes, as every "mb" here) and exit code of a child process,
     its output tail, and with `tree` the peaks of its process tree's summed RSS and summed PSS (MiB;
-    else 0), and the tree at its PSS peak: [program, pid, PSS MiB] per process, largest first. The peak RSS is wait4's: the largest of
-    the process and each descendant alone (a compile worker's own peak, not added to the optimizer's);
+    else 0), and the tree at its PSS peak: [program, pid, PSS MiB] per process, largest first. The
+    peak RSS is wait4's: the largest of the process and each descendant alone (a compile worker's
+    own peak, not added to the optimizer's);
     the tree's summed RSS is sampled every 0.1 s from statm (a shorter peak can be missed), its summed PSS
     every PSS_EVERY_S from smaps_rollup. Not while timing: `korch bench` runs unsampled. `log_path`:
     where its whole output is written."""

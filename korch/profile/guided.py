@@ -418,8 +418,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                             whole_links={b: v for b, v in more.whole_links.items() if b != backend},
                             whole_at_speed=more.whole_at_speed - {backend},
                             hot_beside={p: v for p, v in more.hot_beside.items() if p != keep_faster})
-            if new is not prior:
-                db.put(prior)
+            db.put(prior)
         got = got.merged(taken)
         records.update(taken.records)
         usable.update(_usable(taken.records, got.tolerance))
@@ -454,7 +453,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
             o_name, o_cand, states = other
             log.info("%s: its whole model was profiled with the core link %s, %s's %s: timing %s's again to "
                      "compare them in one state", name, states[0], o_name, states[1], o_name)
-            compared = {**usable, **_look_again(o_name, o_cand, unique, pools, usable, records, absorb, ps)}
+            compared = {**usable, **_look_again(o_name, o_cand, unique, pools, usable, absorb, ps)}
         if carry.get(name) and (reason := _far_behind(name, regions[name], pools, compared, whole, ps.tiles_within)):
             log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))
             carry[name] = []
@@ -518,8 +517,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
 
 
 def _look_again(name: str, cand: Candidate, unique: Sequence[Candidate], pools: Mapping[str, Sequence[Candidate]],
-                usable: Mapping[tuple[str, str], float], records: Mapping[tuple[str, str], Record],
-                absorb: Callable[..., ProfileOutcome], ps: ProfileSettings) -> dict[tuple[str, str], float]:
+                usable: Mapping[tuple[str, str], float], absorb: Callable[..., ProfileOutcome],
+                ps: ProfileSettings) -> dict[tuple[str, str], float]:
     """`name`'s whole model timed again, in the machine's state now, for one comparison: {its pair:
     the new time}, or {} where that timing failed. Its profile becomes the faster of the two (in the
     database, `records` and the outcome's link states), as for a kernel timed again after a slow
@@ -531,7 +530,6 @@ def _look_again(name: str, cand: Candidate, unique: Sequence[Candidate], pools: 
     look timed at 261. A small kernel is timed again right before it, as the speed watch's sentinel,
     so the look is known to be at the machine's speed, or not."""
     pair = (cand.key, name)
-    prior = records[pair]
     want = {name: [cand]}
     lo, hi = ps.watch_sentinel_s
     sentinel = next(((n, c) for c in unique for n in pools if not get_backend(n).compiles_ahead
@@ -540,7 +538,7 @@ def _look_again(name: str, cand: Candidate, unique: Sequence[Candidate], pools: 
         want[sentinel[0]] = [*want.get(sentinel[0], ()), sentinel[1]]
     more = absorb(want, {(c.key, n) for n, cs in want.items() for c in cs}, keep_faster=pair)
     look = more.records.get(pair)
-    return {} if look is None or look is prior or not look.median_s else {pair: look.median_s}
+    return {} if look is None or not look.median_s else {pair: look.median_s}
 
 
 def _other_state(got: ProfileOutcome, name: str, pools: Mapping[str, Sequence[Candidate]],

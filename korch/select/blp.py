@@ -557,7 +557,7 @@ class _WarmLP:
         highs.changeColsCost(n, columns, cost)
         highs.changeColsBounds(n, columns, np.zeros(n), upper)
         # HiGHS 1.x holds its time limit against the instance's run time summed over every run(), not
-        # this run's: a yolov4 optimize's guided loop had spent 60 s in this LP by its 70th solve, and
+        # this run's: a yolov4 optimize's guided loop had spent 60 s in this LP after some 60 solves, and
         # every later relaxation stopped at once ("time limit reached"), each round then handing a
         # 60 s MILP the whole problem unfixed, which stopped at its limit too, far from optimal
         highs.setOptionValue("time_limit", highs.getRunTime() + float(max(time_limit, 0.0)))

@@ -361,7 +361,7 @@ def test_a_budget_of_uncertainty_bounds_every_selection_less_its_largest_discoun
 def test_a_warm_lp_gets_its_time_limit_on_every_solve_not_summed_over_them() -> None:
     """HiGHS 1.x compares its time limit with the run time of every run() of an instance together. The
     guided loop solves one relaxation per round on one instance; once those summed to the limit (a
-    yolov4 optimize's 70th round), every solve stopped at once. A limit well above one solve's time,
+    yolov4 optimize, after some 60 solves), every solve stopped at once. A limit well above one solve's time,
     but below the solves' sum, must still solve."""
     from scipy import sparse
 
