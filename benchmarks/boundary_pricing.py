@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from korch.api import default_backends  # noqa: E402
 from korch.pipeline import candidate_universe, enumerate_all, run_fission  # noqa: E402
-from korch.profile.boundaries import BoundaryModel, versions  # noqa: E402
+from korch.profile.boundaries import stored_model  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
 from korch.profile.guided import candidate_option  # noqa: E402
 from korch.select.blp import _crossings  # noqa: E402
@@ -39,8 +39,7 @@ def main() -> None:
     graph = run_fission(args.model, cache_dir=args.cache).graph
     universe = candidate_universe(enumerate_all(graph, settings), settings)
     with ProfileDB(args.cache / DB_FILENAME) as db:
-        lines = db.get_boundaries(machine_fingerprint(), args.threads, versions(settings.backends))
-    model = BoundaryModel(lines or {})
+        model = stored_model(db, settings.backends, args.threads, machine_fingerprint())
     whole = len(graph.nodes)
     options = [candidate_option(c, name, 1.0, k) for k, (name, c) in
                enumerate((name, c) for name, cands in universe.items() for c in cands if c.size < whole)]

@@ -34,7 +34,7 @@ from korch.plan import Plan, Step
 from korch.plan.buckets import Bucket, BucketedPlan, declared
 from korch.plan.store import keep_compiled, keep_kernels
 from korch.profile import link
-from korch.profile.boundaries import BoundaryModel, boundary_model
+from korch.profile.boundaries import Boundaries
 from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.guided import (
     GuideStats,
@@ -353,6 +353,14 @@ def build_options(graph: Graph, cands: CandidateSet, profiled: ProfileOutcome,
     return options, steps
 
 
+def small_kernel_backends(cands: CandidateSet, profiled: ProfileOutcome) -> set[str]:
+    """The backends with an accepted kernel of a small candidate (not a region): every backend profiled
+    first, and one profiled last where a round of profile_last measured its fused kernels, having
+    calibrated it first."""
+    small = {c.key for c in cands.small}
+    return {name for (key, name), r in profiled.records.items() if key in small and accepted(r, profiled.tolerance)}
+
+
 def plan_checker(graph: Graph, source: OnnxSource, settings: OptimizeSettings,
                  original: onnx.ModelProto | Callable[[], onnx.ModelProto] | None = None) -> PlanChecker:
     """Checks plans against onnxruntime on `check_inputs` fresh random inputs, per output, under the
@@ -395,37 +403,42 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     pools = profile_pools(graph, cands, settings)
     universe = candidate_universe(cands, settings)
     remember_features(db, model_label(source), graph, universe)
-    t0 = time.perf_counter()
-    boundaries = BoundaryModel() if settings.whole_models else boundary_model(   # (a one-kernel plan has no boundary)
-        db, settings.backends, settings.threads, machine, settings.calibration, settings.profile.cold_cache, progress)
-    calibrate_seconds = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    # Boundary costs (a one-kernel plan has none), each engine's calibrated once per machine: the engines
+    # profiled first now; one profiled last when a round would measure its fused kernels (profile_last),
+    # or a split plan worth compiling uses it (measured selection); until then its boundaries are free.
+    boundaries = Boundaries(db, settings.threads, machine, settings.calibration, settings.profile.cold_cache, progress)
+    last = profiled_last(settings)        # Inductor: what it compiles is solved for over the others' profiles
+    first = {n: p for n, p in pools.items() if n not in last}
+    if not settings.whole_models:
+        boundaries.ensure(first)
+    t0, calibrated = time.perf_counter(), boundaries.seconds
     weights = graph.constants_digest()
     kept_for_s = settings.kept_kernel_days * 86400
     keep = keep_compiled(db.path.parent, machine, weights, settings.threads, kept_for_s)
 
     def boundary(producer: str, consumer: str, value: str) -> float:
         return boundaries.cost(producer, consumer, graph.types[value])
-    last = profiled_last(settings)        # Inductor: what it compiles is solved for over the others' profiles
-    first = {n: p for n, p in pools.items() if n not in last}
     with ReferenceValues(graph, settings.seed, db.path.parent) as reference:      # computed once, kept on disk
         profiled, guide = guided_profile(graph, first, universe, db, settings, machine, onnx_source, boundary,
                                          progress, keep, boundaries.start, reference)
         profiled = profile_last(graph, {n: inductor_regions(cands, settings) for n in last}, cands.small, profiled,
                                 first, db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start,
-                                reference)
-    profile_seconds = time.perf_counter() - t0
+                                reference, None if settings.whole_models else boundaries.ensure)
+    profile_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
+    if not settings.whole_models:   # as a cold run's rounds did: a warm run's selection starts from the same costs
+        boundaries.ensure(small_kernel_backends(cands, profiled))
     refills = load_refills(graph, profiled.kernels_of(cands.all, settings.backends), db, settings, machine,
                            boundaries.start)
     options, steps = build_options(graph, cands, profiled, settings, refills)
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
-    t0 = time.perf_counter()
+    t0, calibrated = time.perf_counter(), boundaries.seconds
     checker = plan_checker(graph, onnx_source, settings, original)
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker,
                                   weights, {b: profiled.whole_state(b, settings.threads) for b in settings.backends},
                                   link.state_probe(db.path.parent / "tools", settings.threads,
                                                    profiled.link[0] if profiled.link else None))
-    select_seconds = time.perf_counter() - t0
+    select_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
+    calibrate_seconds = boundaries.seconds
     t0 = time.perf_counter()
     check = selected.check or check_plan(selected.plan, selected.session or compile_plan(selected.plan), checker)
     if check.ok and not selected.check_remembered and selected.problem:

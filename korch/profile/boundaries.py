@@ -36,7 +36,8 @@ corrects it with each plan it times (korch/select/measured.py, the start cost).
 The selection (korch/select/blp.py) adds, for every tensor a chosen kernel reads from another chosen
 kernel, `cost(producer engine, consumer engine, tensor)`, and for every chosen kernel its engine's
 `start`. Calibrations are stored per machine, threads and engine versions in the profile database
-and made once.
+(one engine's start and same-engine lines under that engine, two engines' lines under the pair) and
+made once, each engine's when an optimize first needs it (Boundaries).
 """
 
 from __future__ import annotations
@@ -137,9 +138,18 @@ class BoundaryModel:
         line = self.lines.get((engine, engine, KERNEL_START))
         return 0.0 if line is None else max(0.0, line.fixed_s)
 
+    def ensure(self, engines: Iterable[str]) -> bool:
+        """A fixed model calibrates nothing (Boundaries.ensure): False."""
+        return False
+
+    def calibrated(self, engine: str) -> bool:
+        """Whether `engine`'s costs are this model's to give (a fixed model: all it has, taken as final)."""
+        return True
+
 
 def versions(engines: Iterable[str], cold_cache: bool = False) -> str:
-    """What a stored calibration is keyed by besides machine and threads."""
+    """What a stored calibration is keyed by besides machine and threads: one engine's start and
+    same-engine boundaries are stored under its own, a pair of engines' boundaries under the pair's."""
     timing = "cold-cache" if cold_cache else "hot"
     heap = f"heap-{keep_freed_blocks()}"        # sets the policy the boundaries are then timed under
     return "|".join([PROCEDURE, timing, heap] + [f"{e}={get_backend(e).version}" for e in sorted(engines)])
@@ -310,16 +320,21 @@ def fit(samples: Sequence[Sample]) -> Line:
 
 def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSettings = CalibrationSettings(),
               report: Callable[[Sample], None] | None = None,
-              cold_cache: bool = False, progress: Callable[[int, int, str], None] | None = None
+              cold_cache: bool = False, progress: Callable[[int, int, str], None] | None = None,
+              pairs: Iterable[tuple[str, str]] | None = None, starts: Iterable[str] | None = None,
               ) -> tuple[BoundaryModel, list[Sample]]:
     """Measure every engine pair (same-engine pairs included) at each size and layout, and fit; then
-    each engine's kernel start (`measure_start`, as lines (engine, engine, KERNEL_START)).
+    each engine's kernel start (`measure_start`, as lines (engine, engine, KERNEL_START)). `pairs`
+    (sorted (producer, consumer) pairs) and `starts` (engines): only those (default: all of `engines`').
     `cold_cache`: kernels alone are timed as the profiler times them (ProfileSettings.cold_cache).
     `progress(done, total, what)` is called before each chain is measured, as the profiler calls it."""
     samples: list[Sample] = []
+    all_pairs = list(itertools.combinations_with_replacement(sorted(engines), 2))
+    chosen = all_pairs if pairs is None else [pair for pair in all_pairs if pair in set(pairs)]
+    start_engines = sorted(engines) if starts is None else sorted(set(starts))
     chains = [(layout, producer, consumer, side) for layout in LAYOUTS for side in settings.sides
-              for producer, consumer in itertools.combinations_with_replacement(sorted(engines), 2)]
-    total = len(chains) + len(engines)
+              for producer, consumer in chosen]
+    total = len(chains) + len(start_engines)
     kernels: dict[tuple[str, int, int, str], Kernel] = {}     # of one layout and side at a time
     for done, (layout, producer, consumer, side) in enumerate(chains, 1):
         if progress is not None:
@@ -337,7 +352,7 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
             sorted(samples, key=lambda s: (s.layout, s.producer, s.consumer)),
             key=lambda s: (s.layout, s.producer, s.consumer)):
         lines[(producer, consumer, layout)] = fit(list(group))
-    for done, engine in enumerate(sorted(engines), len(chains) + 1):
+    for done, engine in enumerate(start_engines, len(chains) + 1):
         if progress is not None:
             progress(done, total, f"boundary start {engine}")
         start = measure_start(engine, threads, settings.start_rounds, settings.start_side)
@@ -346,20 +361,111 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
     return BoundaryModel(lines), samples
 
 
+class Boundaries:
+    """A machine's boundary costs for the engines of one optimize, calibrated when first needed.
+
+    `ensure(engines)` reads back from the profile database, or else measures and stores, each pair
+    among the engines ensured so far and each one's kernel start. Calibrations are stored per engine
+    pair (keyed by `versions` of its engines), so a machine calibrated for two engines calibrates only
+    a third one's pairs when that one is first needed. An engine not ensured costs nothing (`cost`,
+    `start`: BoundaryModel's unknown pair), which is a lower bound on what its boundaries cost: a
+    solve over it may choose too much of that engine, never too little. So a solve that chooses none
+    of its kernels, or costs too much to matter even so, needs no calibration; one that chooses some
+    is solved again once it is calibrated (korch/profile/guided.py before a round measures them,
+    korch/select/measured.py before a split plan is compiled). On the AMD host Inductor's pairs
+    were 16 of the 22 s a new machine's calibration took (its 25 chain kernels compiled, its first
+    compile in the process among them; benchmarks/calibration_time.py), and no zoo plan there has an
+    Inductor split kernel."""
+
+    def __init__(self, db, threads: int, machine: str, settings: CalibrationSettings = CalibrationSettings(),
+                 cold_cache: bool = False, progress: Callable[[int, int, str], None] | None = None) -> None:
+        self._db, self._threads, self._machine = db, threads, machine
+        self._settings, self._cold_cache, self._progress = settings, cold_cache, progress
+        self.engines: tuple[str, ...] = ()
+        self.lines: dict[tuple[str, str, str], Line] = {}
+        self._now = BoundaryModel(self.lines)        # (the same dict: it prices what is ensured by now)
+        self.seconds = 0.0            # spent in ensure: reading back, or measuring
+
+    @property
+    def model(self) -> BoundaryModel:
+        """The costs of the engines ensured so far (a copy: later calibrations do not change it)."""
+        return BoundaryModel(dict(self.lines))
+
+    def cost(self, producer: str, consumer: str, t: TensorType) -> float:
+        return self._now.cost(producer, consumer, t)
+
+    def start(self, engine: str) -> float:
+        return self._now.start(engine)
+
+    def calibrated(self, engine: str) -> bool:
+        """Whether `engine` was ensured (else its boundaries cost nothing here, a lower bound)."""
+        return engine in self.engines
+
+    def ensure(self, engines: Iterable[str]) -> bool:
+        """Calibrate `engines` beside those ensured before (module doc): True if that changed the costs
+        (an engine new to this optimize), False if all were ensured already."""
+        new = sorted(set(engines) - set(self.engines))
+        if not new:
+            return False
+        t0 = time.perf_counter()
+        try:
+            self._ensure(new)
+        finally:
+            self.seconds += time.perf_counter() - t0
+        return True
+
+    def _ensure(self, new: Sequence[str]) -> None:
+        everyone = sorted({*self.engines, *new})
+        pairs = [(p, c) for p, c in itertools.combinations_with_replacement(everyone, 2) if p in new or c in new]
+        missing_pairs, missing_starts = [], []
+        for p, c in pairs:
+            stored = self._db.get_boundaries(self._machine, self._threads, versions({p, c}, self._cold_cache)) or {}
+            got = {k: v for k, v in stored.items() if k[:2] == (p, c) and k[2] in LAYOUTS}
+            if len(got) == len(LAYOUTS):
+                self.lines.update(got)
+            else:
+                missing_pairs.append((p, c))
+        for e in new:
+            stored = self._db.get_boundaries(self._machine, self._threads, versions({e}, self._cold_cache)) or {}
+            if (line := stored.get((e, e, KERNEL_START))) is not None:
+                self.lines[(e, e, KERNEL_START)] = line
+            else:
+                missing_starts.append(e)
+        if not missing_pairs and not missing_starts:
+            self.engines = tuple(everyone)
+            return
+        others = sorted(set(everyone) - set(new))
+        log.info("calibrating kernel-boundary costs of %s%s at %d threads (once per machine)", ", ".join(new),
+                 f" (with {', '.join(others)})" if others else "", self._threads)
+        t0 = time.perf_counter()
+        measured, _ = calibrate(everyone, self._threads, self._settings, cold_cache=self._cold_cache,
+                                progress=self._progress, pairs=missing_pairs, starts=missing_starts)
+        by_key: dict[str, dict[tuple[str, str, str], Line]] = {}
+        for (p, c, layout), line in measured.lines.items():
+            by_key.setdefault(versions({p, c}, self._cold_cache), {})[(p, c, layout)] = line
+        for key, lines in by_key.items():
+            self._db.put_boundaries(self._machine, self._threads, key, lines)
+        self.lines.update(measured.lines)
+        self.engines = tuple(everyone)
+        log.info("boundary calibration took %.0f s", time.perf_counter() - t0)
+
+
+def stored_model(db, engines: Sequence[str], threads: int, machine: str, cold_cache: bool = False) -> BoundaryModel:
+    """What the profile database holds of these engines' calibration, measuring nothing: each pair's
+    lines and each engine's start that are stored (a missing one costs nothing)."""
+    lines: dict[tuple[str, str, str], Line] = {}
+    for p, c in itertools.combinations_with_replacement(sorted(engines), 2):
+        stored = db.get_boundaries(machine, threads, versions({p, c}, cold_cache)) or {}
+        lines.update({k: v for k, v in stored.items() if k[:2] == (p, c)})
+    return BoundaryModel(lines)
+
+
 def boundary_model(db, engines: Sequence[str], threads: int, machine: str,
                    settings: CalibrationSettings = CalibrationSettings(), cold_cache: bool = False,
                    progress: Callable[[int, int, str], None] | None = None) -> BoundaryModel:
-    """The stored calibration for these engines, threads and machine; measured and stored if missing.
-    `cold_cache`: as the profiles were timed (ProfileSettings.cold_cache); `progress`: see calibrate."""
-    key = versions(engines, cold_cache)
-    stored = db.get_boundaries(machine, threads, key)
-    pairs = {(p, c) for p, c in itertools.combinations_with_replacement(sorted(engines), 2)}
-    starts = {(e, e, KERNEL_START) for e in engines}
-    if stored is not None and pairs <= {(p, c) for p, c, _ in stored} and starts <= set(stored):
-        return BoundaryModel(stored)
-    log.info("calibrating kernel-boundary costs for %s at %d threads (once per machine)", ", ".join(engines), threads)
-    t0 = time.perf_counter()
-    model, _ = calibrate(engines, threads, settings, cold_cache=cold_cache, progress=progress)
-    db.put_boundaries(machine, threads, key, model.lines)
-    log.info("boundary calibration took %.0f s", time.perf_counter() - t0)
-    return model
+    """The stored calibration for these engines, threads and machine; what is missing of it measured
+    and stored (Boundaries). `cold_cache`: as the profiles were timed (ProfileSettings.cold_cache);
+    `progress`: see calibrate."""
+    boundaries = Boundaries(db, threads, machine, settings, cold_cache, progress)
+    boundaries.ensure(engines)
+    return boundaries.model

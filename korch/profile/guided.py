@@ -363,7 +363,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                  outcome: ProfileOutcome, pools: Mapping[str, Sequence[Candidate]], db: ProfileDB,
                  settings: OptimizeSettings, machine: str, source: OnnxSource | None, boundary: BoundaryFn,
                  progress: Progress | None = None, keep: KeepKernel | None = None,
-                 start: StartCost | None = None, reference: ReferenceValues | None = None) -> ProfileOutcome:
+                 start: StartCost | None = None, reference: ReferenceValues | None = None,
+                 calibrate: Callable[[Collection[str]], bool] | None = None) -> ProfileOutcome:
     """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
     `regions` (name -> the regions it compiles: Inductor's whole model and a tiling), taken after
     them. Where the whole model is compiled in place (too large for a compile worker), it is profiled
@@ -382,6 +383,12 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     whole model, or `inductor_budget` kernels were measured. A linear primitive alone is never chosen
     for itself: its floor is the best time measured for it, so it could at most tie. A finished
     problem is remembered, so a warm run measures nothing.
+
+    `calibrate(backends)` (Boundaries.ensure): these backends' boundary costs, measured when first
+    needed. Until then the rounds solve with their boundaries free, a lower bound that can only make
+    a round choose more of their kernels, and a round that would measure one calibrates first and
+    solves again (solve_until_stable). Where the first solve already stops (as on every zoo model on
+    the AMD host), they are not calibrated here (measured selection may still: korch/select/measured.py).
     """
     if not regions:
         return outcome
@@ -505,7 +512,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         split = SplitProblem(graph, everything, boundary, start, settings.selection.solver_time_limit_s)
         rounds, stable = solve_until_stable(split, usable, pending, floors, measure, ps.guide_rounds,
                                             ps.inductor_batch, budget=ps.inductor_budget,
-                                            bar=_bar(everything, usable, whole, settings), refine=refine)
+                                            bar=_bar(everything, usable, whole, settings), refine=refine,
+                                            calibrate=calibrate)
         del split      # its formulation and LP go before the regions compile (yolov4: 2.4 -> 3.9 GB while solved)
         db.put_guided_done(problem)
         log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
@@ -635,6 +643,10 @@ class SplitProblem:
         g = self._graph
         return formulate(self._options, g.inputs, g.outputs, range(len(g.nodes)), self._boundary, self._start)
 
+    def reformulate(self) -> None:
+        """Formulate again at the next solve: the boundary or start costs changed (a backend calibrated)."""
+        self.__dict__.pop("formulation", None)
+
     def prices(self, costs: Mapping[tuple[str, str], float], pending: Mapping[tuple[str, str], Candidate],
                optimistic: Mapping[tuple[str, str], float]) -> dict[str, float]:
         """Option key -> cost: a measured pair's time (`costs`), else a pending pair's optimistic cost;
@@ -684,7 +696,8 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
                        budget: int | None = None, bar: float | None = None,
                        refine: Callable[[Sequence[tuple[str, str]]], int] | None = None,
                        exact_batch_size: int | None = None, expected: Mapping[tuple[str, str], float] | None = None,
-                       uncertainty: int = 0) -> tuple[int, bool]:
+                       uncertainty: int = 0, calibrate: Callable[[Collection[str]], bool] | None = None,
+                       ) -> tuple[int, bool]:
     """Solve `problem` over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -711,6 +724,11 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     `refine(picked)`: called with a round's pairs before they are measured; if it measures other
     kernels instead (returns how many: they count against `budget`) and raises `optimistic` costs
     in place, the round ends there and the next solves again, the pairs still pending.
+
+    `calibrate(backends)`: called with a round's backends before anything is measured (refine
+    included); True means their boundary costs were just calibrated (the problem was solved with
+    them free, a lower bound: profile/boundaries.py Boundaries), and the round ends there: the next
+    solves again, formulated at the calibrated costs.
 
     `expected` with `uncertainty` > 0, a budget of uncertainty (Bertsimas and Sim): optimistic costs
     for every pending kernel at once make a plan of many of them look about half its expected cost,
@@ -751,6 +769,10 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
         picked = fresh + rivals[:max(0, size - len(fresh))]
         if budget is not None:
             picked = picked[:budget - spent]
+        if calibrate is not None and calibrate({name for _, name in picked}):
+            problem.reformulate()
+            log.info("guided profiling, round %d: solving again at the boundary costs just calibrated", rounds)
+            continue
         if refine is not None and (extra := refine(picked)):
             spent += extra
             log.info("guided profiling, round %d: %d kernel(s) measured first to raise the floors of the %d chosen",

@@ -79,7 +79,7 @@ from korch.plan import Plan, PlanError, Step, order_steps
 from korch.plan.plan import step_onnx_nodes
 from korch.plan.schedule import Schedule, ScheduleError
 from korch.plan.store import stored_kernels
-from korch.profile.boundaries import BoundaryModel
+from korch.profile.boundaries import Boundaries, BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.link import StateProbe
 from korch.profile.timing import CacheSweep, measure, median_ratio_decided, paired_ratio, side_by_side
@@ -281,7 +281,7 @@ class _Timed:
 
 
 def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], settings: OptimizeSettings,
-                          machine: str, boundaries: BoundaryModel | None = None) -> str:
+                          machine: str, boundaries: BoundaryModel | Boundaries | None = None) -> str:
     """Identifies a selection problem: every option's candidate, backend, primitives and profiled
     cost, the boundary costs, with threads, machine, procedure and the accuracy policy (which drops
     contenders). Equal keys mean the solver sees the same problem."""
@@ -306,7 +306,7 @@ class _Context:
 
     def __init__(self, graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                  source: OnnxSource | None, settings: OptimizeSettings, machine: str,
-                 boundaries: BoundaryModel, checker: PlanChecker | None,
+                 boundaries: BoundaryModel | Boundaries, checker: PlanChecker | None,
                  store: tuple[Path, str] | None = None, whole_states: Mapping[str, str | None] | None = None,
                  links: StateProbe | None = None) -> None:
         from korch import __version__
@@ -553,10 +553,29 @@ class _Context:
     def boundary_cost(self, producer: str, consumer: str, value: str) -> float:
         return self.boundaries.cost(producer, consumer, self.graph.types[value])
 
-    def solve(self, options: Sequence[Option]) -> Selection:
-        return solve(options, self.graph.inputs, self.graph.outputs, required=range(len(self.graph.nodes)),
-                     time_limit=self.settings.selection.solver_time_limit_s, boundary=self.boundary_cost,
-                     start=self.boundaries.start)
+    def solve(self, options: Sequence[Option], bar: float | None = None) -> Selection:
+        """The best split plan over `options`. One that uses a backend whose boundaries are not
+        calibrated yet (they cost nothing until then: a lower bound, profile/boundaries.py Boundaries)
+        is solved again once they are, unless it costs more than `bar` even so (then so would any)."""
+        seconds = 0.0
+        while True:
+            selection = solve(options, self.graph.inputs, self.graph.outputs, required=range(len(self.graph.nodes)),
+                              time_limit=self.settings.selection.solver_time_limit_s, boundary=self.boundary_cost,
+                              start=self.boundaries.start)
+            seconds += selection.seconds
+            if bar is not None and selection.cost > bar:
+                break
+            free = sorted({b for b in (self.steps[o.key].backend for o in selection.chosen)
+                           if not self.boundaries.calibrated(b)})
+            if not self.boundaries.ensure(free):
+                break
+            log.info("best split plan: %d kernels predicted at %.3f ms with %s's boundaries free; calibrated "
+                     "them, solving again", len(selection.chosen), selection.cost * 1e3, ", ".join(free))
+        return replace(selection, seconds=seconds)
+
+    def uncalibrated(self, plan: Plan) -> list[str]:
+        """The plan's backends whose boundaries were not calibrated (costed at nothing)."""
+        return sorted({st.backend for st in plan.steps if not self.boundaries.calibrated(st.backend)})
 
     def plan(self, selection: Selection) -> tuple[Plan, float]:
         """The selection as an ordered plan, and its predicted time (profiles plus boundary costs)."""
@@ -590,13 +609,14 @@ class _Context:
 
 def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[str, Step],
                        source: OnnxSource | None, settings: OptimizeSettings, machine: str,
-                       db: ProfileDB | None = None, boundaries: BoundaryModel | None = None,
+                       db: ProfileDB | None = None, boundaries: BoundaryModel | Boundaries | None = None,
                        checker: PlanChecker | None = None, weights: str | None = None,
                        whole_states: Mapping[str, str | None] | None = None,
                        links: StateProbe | None = None) -> Selected:
     """The fastest plan as measured, of those that pass `checker`: the best split plan or one engine's
     whole model (module doc). `boundaries`: the machine's calibrated boundary costs (None: boundaries
-    cost nothing). `checker`: None checks nothing (the caller checks the plan kept). `weights`: the
+    cost nothing); Boundaries calibrates a backend when a split plan worth compiling first uses it
+    (_Context.solve). `checker`: None checks nothing (the caller checks the plan kept). `weights`: the
     digest of the model's constants (Graph.constants_digest); a remembered plan that passed its check
     on the same weights is returned as it is, neither compiled, timed nor checked again. `whole_states`:
     backend -> the machine's state while its whole model was profiled in this run
@@ -742,17 +762,21 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
     solve_s = 0.0
     for round_ in range(1 + s.refine_rounds):
         used = dict(costs)
+        bar = None if cheapest_whole is None else s.split_within * cheapest_whole
         try:
-            selection = ctx.solve(ctx.costed(used))
+            selection = ctx.solve(ctx.costed(used), bar)
         except SelectionError as e:
             log.info("no split plan: %s", e)
             return None, round_, solve_s, {}
         solve_s += selection.seconds
         plan, predicted = ctx.plan(selection)
-        if cheapest_whole is not None and predicted > s.split_within * cheapest_whole:
-            log.info("best split plan: %d kernels predicted at %.3f ms (%.3f ms of it boundaries), beyond %.2fx the "
-                     "cheapest whole-model kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3,
-                     selection.boundary_s * 1e3, s.split_within, cheapest_whole * 1e3)
+        if bar is not None and predicted > bar:
+            free = ctx.uncalibrated(plan)
+            log.info("best split plan: %d kernels predicted at %.3f ms%s (%.3f ms of it boundaries%s), beyond %.2fx "
+                     "the cheapest whole-model kernel (%.3f ms); not compiled", len(plan.steps), predicted * 1e3,
+                     " or more" if free else "", selection.boundary_s * 1e3,
+                     f"; {', '.join(free)}'s not calibrated, counted as free" if free else "", s.split_within,
+                     cheapest_whole * 1e3)
             return _Timed(plan, None, predicted, None, selection), round_, solve_s, used
         session = None                         # the last plan's session goes before this one compiles
         session = ctx.compile(plan)
@@ -1121,8 +1145,11 @@ def _why_whole(ctx: _Context, winner: str, split: _Timed | None, duels: Sequence
         return f"one engine runs the whole model: no split plan exists over the profiled kernels; kept {mine}{also}"
     n = _kernels(split.plan)
     if split.measured_s is None:
+        free = ctx.uncalibrated(split.plan)
+        costs = f"kernel profiles and boundary costs; {', '.join(free)}'s not calibrated, counted as free" if free \
+            else "kernel profiles and boundary costs"
         return (f"one engine runs the whole model: the best split plan ({n}) was predicted at "
-                f"{_ms(split.predicted_s)} (kernel profiles and boundary costs), {winner}'s whole model "
+                f"{_ms(split.predicted_s)}{' or more' if free else ''} ({costs}), {winner}'s whole model "
                 f"profiled at {_ms(ctx.whole[winner].cost)}{also}")
     # the duel the split plan lost (it may have won others before it: each reading is noisy)
     met = next((d for d in duels if d.loser == SPLIT and d.timed), None)

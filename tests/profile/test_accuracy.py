@@ -208,6 +208,7 @@ def test_split_plan_whose_kernel_errors_add_up_is_dropped_for_the_whole_model(tm
                                 calibration=QUICK_CALIBRATION)
     model = add_chain()
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        _free_boundaries(db, settings)
         plan, session, stats = optimize(model, db, settings)
         sloppy_errors = [r.error for r in _records(db, "sloppy") if r.error is not None]
         # the outcome is remembered per accuracy policy: a looser one decides again, and keeps the split plan
@@ -228,15 +229,10 @@ def test_split_plan_whose_kernel_errors_add_up_is_dropped_for_the_whole_model(tm
 
 def _sloppy_cheap_whole_slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sloppy backend registered, its kernels profiled 1000x faster and every whole model 100x
-    slower than measured, so the solver picks a plan of sloppy kernels. Boundaries cost nothing: a
-    calibrated crossing between engines (tens of us, timed hot) would outweigh kernels of a few us and
-    make the choice the machine's, not the profiles'."""
-    import korch.pipeline as pipeline
+    slower than measured, so the solver picks a plan of sloppy kernels (with _free_boundaries)."""
     import korch.profile.profiler as profiler
-    from korch.profile.boundaries import BoundaryModel
 
     _register_sloppy(monkeypatch)
-    monkeypatch.setattr(pipeline, "boundary_model", lambda *args, **kwargs: BoundaryModel({}))
     measure_one = profiler._measure_one
 
     def scaled(graph, job, *args):
@@ -248,6 +244,23 @@ def _sloppy_cheap_whole_slow(monkeypatch: pytest.MonkeyPatch) -> None:
         return record
 
     monkeypatch.setattr(profiler, "_measure_one", scaled)
+
+
+def _free_boundaries(db: ProfileDB, settings: OptimizeSettings) -> None:
+    """This machine's calibration stored as boundaries and kernel starts that cost nothing, for the
+    settings' engines: a calibrated crossing between engines (tens of us, timed hot) would outweigh
+    kernels of a few us and make the choice the machine's, not the profiles'."""
+    from korch.profile.boundaries import KERNEL_START, LAYOUTS, Line, versions
+    from korch.profile.database import machine_fingerprint
+
+    engines = sorted(settings.backends)
+    cold = settings.profile.cold_cache
+    for i, p in enumerate(engines):
+        for c in engines[i:]:
+            db.put_boundaries(machine_fingerprint(), settings.threads, versions({p, c}, cold),
+                              {(p, c, layout): Line(0.0, 0.0) for layout in LAYOUTS})
+        db.put_boundaries(machine_fingerprint(), settings.threads, versions({p}, cold),
+                          {(p, p, KERNEL_START): Line(0.0, 0.0)})
 
 
 def test_split_plan_that_fails_the_check_is_solved_again_without_its_worst_kernels(
@@ -266,6 +279,7 @@ def test_split_plan_that_fails_the_check_is_solved_again_without_its_worst_kerne
                                 calibration=QUICK_CALIBRATION)
     model = add_chain()
     with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        _free_boundaries(db, settings)
         plan, session, stats = optimize(model, db, settings)
         warm_plan, _, warm = optimize(model, db, settings)
     sel = stats.selection

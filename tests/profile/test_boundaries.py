@@ -9,6 +9,7 @@ from korch.profile.boundaries import (
     BLOCKED,
     KERNEL_START,
     PLAIN,
+    Boundaries,
     BoundaryModel,
     CalibrationSettings,
     Line,
@@ -19,6 +20,7 @@ from korch.profile.boundaries import (
     chain_plan,
     fit,
     measure_chain,
+    stored_model,
     versions,
 )
 from korch.profile.database import ProfileDB
@@ -78,6 +80,36 @@ def test_stored_calibration_is_used_and_a_missing_one_is_measured_and_stored(tmp
         assert db.get_boundaries("m1", 2, versions(["onnxruntime"])) == measured.lines
     with ProfileDB(tmp_path / "profiles.sqlite") as db:                              # it survives reopening
         assert db.get_boundaries("m1", 1, versions(["onnxruntime"])) == lines
+
+
+def test_an_engine_is_calibrated_when_first_ensured_with_only_its_own_pairs_and_read_back_after(tmp_path) -> None:
+    """Boundaries: an engine not ensured costs nothing; ensuring a second engine measures its pairs
+    and start only (not the first engine's again); another optimize on the machine reads both back
+    and measures nothing."""
+    four_d = TensorType((1, 32, 8, 8), DType.FLOAT32)
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        asked: list[str] = []
+        b = Boundaries(db, 1, "m1", TINY, progress=lambda done, total, what: asked.append(what))
+        assert b.ensure(["onnxruntime"]) and not b.ensure(["onnxruntime"])
+        assert asked == ["boundary onnxruntime->onnxruntime"] * 4 + ["boundary start onnxruntime"]
+        assert b.cost("onnxruntime", "reference", four_d) == 0.0 and b.start("reference") == 0.0   # not yet
+        before = b.model
+        asked.clear()
+        assert b.ensure(["reference", "onnxruntime"])
+        assert sorted(set(asked)) == ["boundary onnxruntime->reference", "boundary reference->reference",
+                                      "boundary start reference"]
+        assert set(b.lines) == {(p, c, layout) for p, c in (("onnxruntime", "onnxruntime"),
+                                                            ("onnxruntime", "reference"), ("reference", "reference"))
+                                for layout in (BLOCKED, PLAIN)} | {(e, e, KERNEL_START) for e in ("onnxruntime",
+                                                                                               "reference")}
+        assert b.cost("reference", "onnxruntime", four_d) == b.model.cost("onnxruntime", "reference", four_d)
+        assert set(before.lines) < set(b.lines)             # a model taken earlier keeps its costs
+        asked.clear()
+        again = Boundaries(db, 1, "m1", TINY, progress=lambda done, total, what: asked.append(what))
+        assert again.ensure(["onnxruntime", "reference"]) and asked == [] and again.lines == b.lines
+        assert stored_model(db, ["reference", "onnxruntime"], 1, "m1").lines == b.lines
+        assert stored_model(db, ["onnxruntime"], 1, "m1").lines == before.lines   # its own pairs only
+        assert stored_model(db, ["onnxruntime"], 2, "m1").lines == {}
 
 
 def test_chains_of_one_layout_and_side_compile_each_block_once_and_its_kernel_computes_that_block() -> None:

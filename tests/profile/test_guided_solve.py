@@ -341,3 +341,39 @@ def test_the_best_plans_lucky_kernels_are_timed_again_once_and_the_solve_turns_f
     assert all(split.pairs[o.key] in confirmed for o in best.chosen)
     assert best.cost >= first.cost - 1e-12                    # the luck taken out can only raise the optimum
     assert _confirm(graph, split, dict(lucky), pools, first.cost, set(), measure) == 0     # at the bar: nothing
+
+
+def test_a_backend_is_calibrated_before_its_first_kernel_is_measured_and_the_loop_solves_again() -> None:
+    """Backend b's boundaries cost nothing until calibrated (a lower bound: profile/boundaries.py
+    Boundaries). The round that first picks a b kernel calibrates b before measuring anything and
+    solves again at b's real boundary costs; the loop ends at the optimum over every kernel's true
+    cost with those boundaries, and its problem prices them as calibrated."""
+    rng = np.random.default_rng(3)
+    graph, pools, true, measured, pending = _problem(rng, 3)
+    optimistic = {pair: true[pair] * rng.uniform(0.3, 1.0) for pair in pending}
+    per_boundary = {"b": 0.0}
+    events: list[tuple[str, frozenset[str]]] = []
+
+    def boundary(producer: str, consumer: str, value: str) -> float:
+        return per_boundary["b"] if "b" in (producer, consumer) else 0.1
+
+    def calibrate(backends) -> bool:
+        new = "b" in backends and per_boundary["b"] == 0.0
+        if new:
+            per_boundary["b"] = 2.0
+        events.append(("calibrate" if new else "calibrated", frozenset(backends)))
+        return new
+    asked, record = _recorder(true, measured)
+
+    def measure(want) -> None:
+        events.append(("measure", frozenset(name for name, cs in want.items() if cs)))
+        record(want)
+    problem = SplitProblem(graph, pools, boundary)
+    _, stable = solve_until_stable(problem, measured, pending, optimistic, measure, max_rounds=100, calibrate=calibrate)
+    assert stable
+    calibrated = next(i for i, (what, _) in enumerate(events) if what == "calibrate")
+    assert not any(what == "measure" and "b" in names for what, names in events[:calibrated])
+    assert sum(what == "calibrate" for what, _ in events) == 1
+    fresh = SplitProblem(graph, pools, boundary)
+    assert problem.solve(measured, {}, {}).cost == pytest.approx(fresh.solve(measured, {}, {}).cost, rel=1e-9)
+    assert fresh.solve(measured, {}, {}).cost == pytest.approx(fresh.solve(true, {}, {}).cost, rel=1e-9)

@@ -142,8 +142,8 @@ def test_a_split_plan_is_compiled_only_if_predicted_within_split_within_of_the_c
         raise _Compiled
 
     ctx = SimpleNamespace(settings=SimpleNamespace(selection=SelectionSettings(split_within=within)), whole=whole,
-                          solve=lambda costs: selection, costed=lambda costs: costs,
-                          plan=lambda sel: (plan, predicted_ms * 1e-3), compile=compile_)
+                          solve=lambda costs, bar=None: selection, costed=lambda costs: costs,
+                          plan=lambda sel: (plan, predicted_ms * 1e-3), compile=compile_, uncalibrated=lambda plan: [])
     if compiled:
         with pytest.raises(_Compiled):
             measured._best_split(ctx, {})
