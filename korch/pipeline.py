@@ -433,7 +433,9 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     require_cover(graph, cands.all, options, profiled.records, profiled.tolerance, settings.backends)
     t0, calibrated = time.perf_counter(), boundaries.seconds
     checker = plan_checker(graph, onnx_source, settings, original)
-    selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, boundaries, checker,
+    # (whole models only: a fixed model, empty, that no solve can calibrate)
+    priced = boundaries.model if settings.whole_models else boundaries
+    selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, priced, checker,
                                   weights, {b: profiled.whole_state(b, settings.threads) for b in settings.backends},
                                   link.state_probe(db.path.parent / "tools", settings.threads,
                                                    profiled.link[0] if profiled.link else None))

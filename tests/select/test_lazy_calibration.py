@@ -80,3 +80,24 @@ def test_no_calibration_where_even_the_free_plan_is_beyond_the_bar() -> None:
     got = _Context.solve(ctx, options, bar=10.0)
     assert ctx.boundaries.asked == [["b"], []]               # calibrated once, then nothing new
     assert _backends(ctx, got) == {"b"}
+
+
+def test_the_selection_key_leaves_out_the_engines_calibrated_when_first_needed() -> None:
+    """A cold run may calibrate Inductor (profiled last) in its profiling, where a warm run, whose
+    profiling is remembered, does not: the selection key must be the same for both, or the warm run
+    selects again (a warm vit-b16 took 36 s). The lines of the engines profiled first stay in it."""
+    from korch.profile.boundaries import BLOCKED, KERNEL_START, BoundaryModel, Line
+    from korch.select.measured import selection_problem_key
+    from korch.settings import OptimizeSettings
+
+    settings = OptimizeSettings(threads=2, backends=("onnxruntime", "inductor", "openvino"))
+    first = {("onnxruntime", "openvino", BLOCKED): Line(2e-5, 1e-10),
+             ("onnxruntime", "onnxruntime", KERNEL_START): Line(3e-5, 0.0)}
+    late = {("inductor", "onnxruntime", BLOCKED): Line(9e-5, 1e-10),
+            ("inductor", "inductor", KERNEL_START): Line(1e-4, 0.0)}
+    ctx, options = _context(per_boundary=1.0)
+
+    def key(lines) -> str:
+        return selection_problem_key(options, ctx.steps, settings, "m", BoundaryModel(lines))
+    assert key(first) == key({**first, **late})
+    assert key(first) != key({**first, ("onnxruntime", "openvino", BLOCKED): Line(4e-5, 1e-10)})
