@@ -425,7 +425,10 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                                 first, db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start,
                                 reference, None if settings.whole_models else boundaries.ensure)
     profile_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
-    if not settings.whole_models:   # as a cold run's rounds did: a warm run's selection starts from the same costs
+    # A backend whose fused kernels a cold run's rounds measured was calibrated then; a warm run, its
+    # profiling remembered, calibrates it here, so both price the split kernels' refills net of the
+    # same starts (Refills) and key the same selection problem.
+    if not settings.whole_models:
         boundaries.ensure(small_kernel_backends(cands, profiled))
     refills = load_refills(graph, profiled.kernels_of(cands.all, settings.backends), db, settings, machine,
                            boundaries.start)

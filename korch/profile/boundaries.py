@@ -330,7 +330,8 @@ def calibrate(engines: Sequence[str], threads: int, settings: CalibrationSetting
     `progress(done, total, what)` is called before each chain is measured, as the profiler calls it."""
     samples: list[Sample] = []
     all_pairs = list(itertools.combinations_with_replacement(sorted(engines), 2))
-    chosen = all_pairs if pairs is None else [pair for pair in all_pairs if pair in set(pairs)]
+    wanted = None if pairs is None else set(pairs)
+    chosen = all_pairs if wanted is None else [pair for pair in all_pairs if pair in wanted]
     start_engines = sorted(engines) if starts is None else sorted(set(starts))
     chains = [(layout, producer, consumer, side) for layout in LAYOUTS for side in settings.sides
               for producer, consumer in chosen]
@@ -419,14 +420,14 @@ class Boundaries:
         pairs = [(p, c) for p, c in itertools.combinations_with_replacement(everyone, 2) if p in new or c in new]
         missing_pairs, missing_starts = [], []
         for p, c in pairs:
-            stored = self._db.get_boundaries(self._machine, self._threads, versions({p, c}, self._cold_cache)) or {}
-            got = {k: v for k, v in stored.items() if k[:2] == (p, c) and k[2] in LAYOUTS}
+            stored = _stored_lines(self._db, self._machine, self._threads, p, c, self._cold_cache)
+            got = {k: v for k, v in stored.items() if k[2] in LAYOUTS}
             if len(got) == len(LAYOUTS):
                 self.lines.update(got)
             else:
                 missing_pairs.append((p, c))
         for e in new:
-            stored = self._db.get_boundaries(self._machine, self._threads, versions({e}, self._cold_cache)) or {}
+            stored = _stored_lines(self._db, self._machine, self._threads, e, e, self._cold_cache)
             if (line := stored.get((e, e, KERNEL_START))) is not None:
                 self.lines[(e, e, KERNEL_START)] = line
             else:
@@ -450,13 +451,19 @@ class Boundaries:
         log.info("boundary calibration took %.0f s", time.perf_counter() - t0)
 
 
+def _stored_lines(db, machine: str, threads: int, producer: str, consumer: str,
+                  cold_cache: bool) -> dict[tuple[str, str, str], Line]:
+    """The stored lines of one sorted engine pair (for an engine with itself, its start among them)."""
+    stored = db.get_boundaries(machine, threads, versions({producer, consumer}, cold_cache)) or {}
+    return {k: v for k, v in stored.items() if k[:2] == (producer, consumer)}
+
+
 def stored_model(db, engines: Sequence[str], threads: int, machine: str, cold_cache: bool = False) -> BoundaryModel:
     """What the profile database holds of these engines' calibration, measuring nothing: each pair's
     lines and each engine's start that are stored (a missing one costs nothing)."""
     lines: dict[tuple[str, str, str], Line] = {}
     for p, c in itertools.combinations_with_replacement(sorted(engines), 2):
-        stored = db.get_boundaries(machine, threads, versions({p, c}, cold_cache)) or {}
-        lines.update({k: v for k, v in stored.items() if k[:2] == (p, c)})
+        lines.update(_stored_lines(db, machine, threads, p, c, cold_cache))
     return BoundaryModel(lines)
 
 

@@ -387,8 +387,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     `calibrate(backends)` (Boundaries.ensure): these backends' boundary costs, measured when first
     needed. Until then the rounds solve with their boundaries free, a lower bound that can only make
     a round choose more of their kernels, and a round that would measure one calibrates first and
-    solves again (solve_until_stable). Where the first solve already stops (as on every zoo model on
-    the AMD host), they are not calibrated here (measured selection may still: korch/select/measured.py).
+    solves again (solve_until_stable). Where no round would measure one, they are not calibrated
+    here (measured selection may still: korch/select/measured.py).
     """
     if not regions:
         return outcome

@@ -81,6 +81,7 @@ from korch.plan.schedule import Schedule, ScheduleError
 from korch.plan.store import stored_kernels
 from korch.profile.boundaries import Boundaries, BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
+from korch.profile.guided import profiled_last
 from korch.profile.link import StateProbe
 from korch.profile.timing import CacheSweep, measure, median_ratio_decided, paired_ratio, side_by_side
 from korch.runtime import Session, compile_plan
@@ -298,8 +299,6 @@ def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], 
         # profiled last (Inductor) is calibrated when a solve first needs it, in a cold run's profiling
         # or selection, and read back by a warm run's selection only where its solve needs it: its lines
         # in the key made a warm vit-b16 select again for 36 s (Boundaries).
-        from korch.profile.guided import profiled_last
-
         late = set(profiled_last(settings))
         h.update(repr(sorted((k, v) for k, v in boundaries.lines.items() if not late & set(k[:2]))).encode())
     rows = sorted(f"{steps[o.key].key}|{steps[o.key].backend}|{sorted(o.nodes)}|{o.cost!r}" for o in options)
@@ -767,9 +766,9 @@ def _best_split(ctx: _Context, known: Mapping[str, float]) -> tuple[_Timed | Non
     cheapest_whole = min((o.cost for o in ctx.whole.values()), default=None)
     costs: dict[str, float] = dict(known)
     solve_s = 0.0
+    bar = None if cheapest_whole is None else s.split_within * cheapest_whole
     for round_ in range(1 + s.refine_rounds):
         used = dict(costs)
-        bar = None if cheapest_whole is None else s.split_within * cheapest_whole
         try:
             selection = ctx.solve(ctx.costed(used), bar)
         except SelectionError as e:
