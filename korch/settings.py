@@ -68,6 +68,11 @@ class ProfileSettings:
     # yolox-nano (1.73x) and efficientvit-b1 (1.34x), whose whole models a worker compiles
     # (BENCHMARKS.md).
     tiles_within: float = 1.25
+    # A whole model profiled with the core link moving or far, where the run has read it near, is timed
+    # once more and keeps the faster profile (profile/guided.py `_unsettled`): it sets the bar every
+    # split plan must beat. OpenVINO's whole yolov4 and segformer-b0, profiled so at 291.99 and 80.99
+    # ms, benched 227.74 and 63.13 ms (BENCHMARKS.md, 2026-12-06).
+    settle_whole_models: bool = True
     # A kernel accepted and timed is kept compiled in the cache (plan/store.py) if it is a whole model,
     # was compiled ahead in a worker (profile/ahead.py) or compiling it took at least this long, so
     # that selection loads it when a split plan uses it.

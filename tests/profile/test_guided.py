@@ -145,3 +145,88 @@ def test_the_other_whole_model_is_timed_again_only_where_both_were_profiled_at_s
     slow = replace(got, whole_at_speed=frozenset({"inductor", "onnxruntime"}))   # openvino's not known at speed
     assert _other_state(slow, "inductor", pools, usable, 10, 2) is None
     assert _other_state(got, "inductor", {"inductor": pools["inductor"]}, usable, 10, 2) is None   # no other
+
+
+def test_a_whole_model_profiled_with_the_link_moving_or_far_is_told_apart_from_one_profiled_near() -> None:
+    from korch.profile.guided import _unsettled
+    from korch.profile.profiler import ProfileOutcome
+
+    got = ProfileOutcome({}, 0, 0, 1e-3, None, link=(50.0, 700.0),
+                         whole_links={"onnxruntime": (50.0, 55.0), "openvino": (49.0, 356.0), "inductor": (600.0, 650.0),
+                                      "apart": ()})
+    why = _unsettled(got, ["onnxruntime", "openvino", "inductor", "apart", "never"], 2)
+    assert set(why) == {"openvino", "inductor"}
+    assert "moved" in why["openvino"] and "far" in why["inductor"]
+    assert _unsettled(got, ["openvino"], 1) == {}                         # one thread: no link to cross
+    far_only = ProfileOutcome({}, 0, 0, 1e-3, None, link=(590.0, 700.0), whole_links={"openvino": (600.0, 650.0)})
+    assert _unsettled(far_only, ["openvino"], 2) == {}                   # nothing nearer read in the run
+
+
+def test_the_faster_of_two_profiles_is_kept_with_its_own_link_readings() -> None:
+    from korch.profile.database import Record, Status
+    from korch.profile.guided import _faster_kept
+    from korch.profile.profiler import ProfileOutcome
+
+    def record(median: float) -> Record:
+        return Record("w", "openvino", "v", 2, "m", median, median, median, 3, Status.OK)
+
+    class Stored:
+        def __init__(self) -> None:
+            self.put_back: list[Record] = []
+
+        def put(self, r: Record) -> None:
+            self.put_back.append(r)
+
+    pair = ("w", "openvino")
+    more = ProfileOutcome({pair: record(0.30)}, 1, 0, 1e-3, None, whole_links={"openvino": (600.0, 650.0)},
+                          whole_at_speed=frozenset({"openvino"}), hot_beside={pair: 0.29})
+    db = Stored()
+    kept = _faster_kept(more, record(0.25), pair, db)         # the earlier profile was faster
+    assert kept.records[pair].median_s == 0.25 and [r.median_s for r in db.put_back] == [0.25]
+    assert kept.whole_links == {} and kept.whole_at_speed == frozenset() and kept.hot_beside == {}
+    db = Stored()
+    assert _faster_kept(more, record(0.35), pair, db) is more and db.put_back == []      # the new one was
+    assert _faster_kept(more, None, pair, db) is more
+
+
+def test_a_whole_model_profiled_far_is_timed_again_once_and_keeps_the_faster_profile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """At 2 threads, with a core link read near once and far ever after (the host moved the vCPUs
+    apart while the whole model was timed, or before), guided profiling times onnxruntime's whole model once
+    more and keeps the faster of its two profiles; off (ProfileSettings.settle_whole_models), it does
+    not. A warm run times nothing again."""
+    import re
+    import sqlite3
+
+    from korch.profile import link
+
+    calls = iter(range(10**9))
+
+    def reader(*args, **kwargs):
+        return lambda: 50.0 if next(calls) == 0 else 400.0
+
+    monkeypatch.setattr(link, "reader", reader)
+    model = zoo.to_model_proto("candy-mini")
+    said: dict[bool, list[tuple[float, float]]] = {}
+    for settle in (True, False):
+        calls = iter(range(10**9))
+        settings = replace(SETTINGS, threads=2, profile=replace(QUICK_PROFILE, settle_whole_models=settle))
+        path = tmp_path / f"p-{settle}.sqlite"
+        caplog.clear()
+        with caplog.at_level("INFO", logger="korch.profile"), ProfileDB(path) as db:
+            _, _, cold = optimize(model, db, settings)
+            said[settle] = [(float(a), float(b)) for a, b in re.findall(
+                r"onnxruntime: its whole model profiled at ([\d.]+) ms, but the core link (?:moved|was far) during "
+                r"its timing \((?:50|400) / 400 ns[^)]*\): timed again at ([\d.]+) ms", caplog.text)]
+            caplog.clear()
+            _, _, warm = optimize(model, db, settings)
+            assert "timed again at" not in caplog.text and warm.profiled_new == 0
+        assert cold.max_rel_error <= cold.check_tolerance
+        with sqlite3.connect(path) as conn:          # the longest kernel timed: the whole model
+            (whole_s,), = conn.execute("SELECT max(median_s) FROM profiles WHERE backend = 'onnxruntime' "
+                                       "AND threads = 2").fetchall()
+        if settle:
+            assert len(said[True]) == 1
+            first, again = said[True][0]
+            assert abs(whole_s * 1e3 - min(first, again)) < 0.01
+    assert said[False] == []
