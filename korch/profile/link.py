@@ -27,8 +27,11 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 log = logging.getLogger("korch.profile.link")
+
+T = TypeVar("T")
 
 # Far: a round trip at least this many times the nearest read in the same run (52-75 ns near against
 # 325-735 ns far on the host above).
@@ -124,7 +127,7 @@ class StateProbe:
     read: Callable[[], float | None]
     nearest: float | None = None
 
-    def around(self, timing: Callable[[], float]) -> tuple[float, str | None]:
+    def around(self, timing: Callable[[], T]) -> tuple[T, str | None]:
         """`timing()`'s result and the state it ran in (None: unread, or moving)."""
         before = self.read()
         result = timing()

@@ -77,7 +77,7 @@ def test_a_duel_is_decided_by_the_ratio_within_rounds_not_by_the_medians(split_f
     short of the 2% a split plan must win by."""
     samples = {SPLIT: [98.5, 98.5, 102.4, 102.4, 94.0], "onnxruntime": [100.0, 100.0, 104.0, 104.0, 104.0]}
     monkeypatch.setattr(measured, "side_by_side", lambda fns, *args, **kwargs: _timings(samples))
-    ctx = SimpleNamespace(settings=SETTINGS, feeds={})
+    ctx = SimpleNamespace(settings=SETTINGS, feeds={}, links=None, around=lambda timing: (timing(), None))
     split = SimpleNamespace(name=SPLIT, session=None, estimate_s=0.1)
     whole = SimpleNamespace(name="onnxruntime", session=None, estimate_s=0.1)
     duel = _duel(ctx, *((split, whole) if split_first else (whole, split)))      # type: ignore[arg-type]
@@ -96,11 +96,40 @@ def test_a_whole_model_replaces_the_champion_whole_model_only_by_the_switch_marg
     round by 1% (noise: the champion stays), by 2% (the margin) or by 5%."""
     samples = {"openvino": [100.0] * 5, "inductor": [challenger_ms] * 5}
     monkeypatch.setattr(measured, "side_by_side", lambda fns, *args, **kwargs: _timings(samples))
-    ctx = SimpleNamespace(settings=SETTINGS, feeds={})
+    ctx = SimpleNamespace(settings=SETTINGS, feeds={}, links=None, around=lambda timing: (timing(), None))
     champion = SimpleNamespace(name="openvino", session=None, estimate_s=0.1)
     challenger = SimpleNamespace(name="inductor", session=None, estimate_s=0.12)
     assert SETTINGS.selection.switch_margin == 0.98
     assert _duel(ctx, champion, challenger).winner == winner          # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("states", "winner", "tries"), [
+    (["far", "near"], "onnxruntime", 2),       # compared again, near: that verdict
+    (["far", "far"], "openvino", 2),           # far both times: the first
+    ([None, "far"], "openvino", 2),            # moving, then far: the one with some rounds near
+    (["far", None], "onnxruntime", 2),
+    (["near"], "openvino", 1),                 # near at once: not again
+])
+def test_a_duel_run_with_the_core_link_far_or_moving_is_run_again_and_the_nearest_kept(
+        states: list[str | None], winner: str, tries: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """yolox-nano at 2 threads: side by side with the link far, OpenVINO's whole model beat
+    onnxruntime's by 1.196x; benched mostly near, it ran 0.93x onnxruntime's. A comparison that ran
+    far or moving is run once more (SelectionSettings.duel_link_retries), and the verdict is the one
+    taken nearest the near state."""
+    calls = iter([{"openvino": [12.9] * 5, "onnxruntime": [15.5] * 5},     # each comparison's samples
+                  {"openvino": [10.7] * 5, "onnxruntime": [10.0] * 5}])
+    monkeypatch.setattr(measured, "side_by_side", lambda fns, *args, **kwargs: _timings(next(calls)))
+    said = iter(states)
+    ctx = SimpleNamespace(settings=SETTINGS, feeds={}, links=object(), around=lambda timing: (timing(), next(said)))
+    champion = SimpleNamespace(name="openvino", session=None, estimate_s=0.00855)
+    challenger = SimpleNamespace(name="onnxruntime", session=None, estimate_s=0.00892)
+    duel = _duel(ctx, champion, challenger)                             # type: ignore[arg-type]
+    assert (duel.winner, duel.tries) == (winner, tries)
+    assert duel.state == {"openvino": states[0], "onnxruntime": states[-1]}[winner]
+    off = SimpleNamespace(settings=SimpleNamespace(selection=replace(SETTINGS.selection, duel_link_retries=0)),
+                          feeds={}, links=object(), around=lambda timing: (timing(), "far"))
+    calls = iter([{"openvino": [12.9] * 5, "onnxruntime": [15.5] * 5}])
+    assert _duel(off, champion, challenger).tries == 1                  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("split_ms", "expected"), [
