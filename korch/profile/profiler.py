@@ -289,6 +289,7 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
     read_link = link.reader(db.path.parent / "tools") if watching and threads > 1 else None
     order: list[Job] = []                 # jobs in the order done, over both passes (SpeedWatch positions)
     whole_links: dict[str, tuple[float, ...]] = {}
+    links_again: dict[str, tuple[float, ...]] = {}   # ... read around a whole model's second profile
     last_read = 0.0
 
     def read_speed() -> None:
@@ -367,9 +368,9 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                                   compiled.pop(done - 1, None), before_timing if whole else None,
                                   (hot_again if again else hot)
                                   if (job.candidate.key, job.backend) in evicting else None)
-            if whole:                         # (its last profile's readings: the record kept, bar a failure)
+            if whole:                 # (a second profile's readings replace the first's if its record is kept)
                 read = tuple(x for x in (*before, read_link() if read_link is not None else None) if x is not None)
-                whole_links[job.backend] = read
+                (links_again if again else whole_links)[job.backend] = read
                 if read_link is not None:
                     log.info("profile: %s's whole model %s with the core link at %s ns", job.backend,
                              f"at {record.median_s * 1e3:.2f} ms" if record.median_s else "not timed",
@@ -461,6 +462,8 @@ def profile(graph: Graph, pools: Mapping[str, Iterable[Candidate]], db: ProfileD
                         records[pair] = kept
                         if pair in hot_again:
                             hot[pair] = hot_again[pair]
+                        if job.backend in links_again and job.candidate.size == len(graph.nodes):
+                            whole_links[job.backend] = links_again[job.backend]
                 log.info("profile: timed %d kernel(s) again, %d of them in a slow spell again (the faster profile kept "
                          "for those); second profile over first: median %.3f (p10-p90 %.3f-%.3f); the machine's slowest "
                          "reading was %.2fx its fastest", len(again), len(still), *_spread(ratios), watch.slowest_ratio())

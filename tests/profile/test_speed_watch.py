@@ -291,3 +291,49 @@ def test_the_link_is_read_around_each_whole_model_profile_at_two_threads(tmp_pat
     assert merged.whole_state("onnxruntime", 2) == "far" and merged.whole_state("openvino", 2) is None  # not at speed
     with ProfileDB(tmp_path / "q.sqlite") as db:       # one thread: profiled here, no link to read
         assert profile(graph, pools, db, 1, "m", QUICK, speed_reader=lambda: 1.0).whole_links == {"onnxruntime": ()}
+
+
+@pytest.mark.parametrize("second_slower", [True, False])
+def test_a_whole_models_link_readings_are_those_of_the_profile_kept(
+        second_slower: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole model timed again after a slow spell, and slow again, keeps the faster of its two
+    profiles, and the core link read around that profile, not the last one's: yolov4's onnxruntime
+    whole model kept its 541.79 ms profile taken near (52 / 53 ns) and the far readings of its
+    655.61 ms second profile (349 / 328 ns), and was timed a third time for a far state it had not
+    been profiled in. Here the link reads near around the first timing and far around the second,
+    and the second reports 10x slower (or 10x faster) than it ran."""
+    import korch.profile.profiler as profiler
+    from korch.profile import link
+
+    graph = _graph()
+    whole = next(c for c in enumerate_candidates(graph, OptimizeSettings().limits) if c.size == len(graph.nodes))
+    timings: list[Record] = []
+    started = []
+    measure_one = profiler._measure_one
+
+    def spy(graph_, job, *args):
+        if job.candidate.size == len(graph_.nodes):
+            started.append(1)
+        record = measure_one(graph_, job, *args)
+        if job.candidate.size == len(graph_.nodes):
+            if timings:                       # the second timing, reported slower or faster than the first
+                factor = 10.0 if second_slower else 0.1
+                m = timings[0].median_s * factor
+                record = replace(record, median_s=m, p10_s=m, p90_s=m)
+            timings.append(record)
+        return record
+
+    monkeypatch.setattr(profiler, "_measure_one", spy)
+    monkeypatch.setattr(link, "reader", lambda *a, **k: lambda: 50.0 if len(started) <= 1 else 400.0)
+    calls = []
+
+    def slow_after_first() -> float:
+        calls.append(1)
+        return 1.0 if len(calls) == 1 else 3.0
+
+    with ProfileDB(tmp_path / "p.sqlite") as db:
+        outcome = profile(graph, {"onnxruntime": [whole]}, db, 2, "m", QUICK, speed_reader=slow_after_first)
+    assert outcome.retimed == 1 and len(timings) == 2
+    kept = outcome.records[(whole.key, "onnxruntime")]
+    assert kept.median_s == (timings[0] if second_slower else timings[1]).median_s
+    assert outcome.whole_links["onnxruntime"] == ((50.0, 50.0) if second_slower else (400.0, 400.0))
