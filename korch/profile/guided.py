@@ -596,15 +596,17 @@ def _settle_wholes(got: ProfileOutcome, pools: Mapping[str, Sequence[Candidate]]
     timed once more, its profile the faster of the two (_look_again; `small`: candidates for the
     sentinel before it). The number timed again."""
     why = _unsettled(got, pools, threads) if ps.settle_whole_models else {}
+    timed = 0
     for name, reason in why.items():
         cand = next((c for c in pools[name] if c.size == whole and (c.key, name) in usable), None)
-        if cand is None:
+        if cand is None:                      # (rejected, or it failed: no profile to settle)
             continue
         before = usable[(cand.key, name)]
         after = _look_again(name, cand, small, pools, usable, absorb, ps).get((cand.key, name))
+        timed += 1
         log.info("%s: its whole model profiled at %.2f ms, but %s: timed again at %s; the faster kept", name,
                  before * 1e3, reason, f"{after * 1e3:.2f} ms" if after else "no time")
-    return len(why)
+    return timed
 
 
 def _other_state(got: ProfileOutcome, name: str, pools: Mapping[str, Sequence[Candidate]],
