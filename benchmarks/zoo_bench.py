@@ -14,7 +14,8 @@ each of its compile workers alone); "tree" is the peak of their summed RSS, samp
 optimizer (a page shared by n of them counts 1/n in each, so the sum is what the tree holds;
 summed RSS counts a library mapped in three processes three times). Results go to
 DIR/results.json (per system: median, p10, p90, peak RSS and error against onnxruntime; the cold
-optimize's seconds by stage and what its selection kept and why, from its plan's summary, before
+optimize's seconds by stage, the optimizer's peak RSS by the end of each stage (which stage set the
+peak) and what its selection kept and why, from its plan's summary, before
 the warm run writes the plan again) and the Markdown tables to stdout; the cold optimize runs with
 `korch -v` and its whole log is kept as DIR/<model>-t<threads>/cold-optimize.log. Nothing
 here is typed by hand. "vs best" is the fastest peer's median over korch's, and in brackets (runs
@@ -165,6 +166,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         link["profiling"] = list(cold.get("profile_link_ns") or [])
         link["whole"] = {b: list(v) for b, v in (cold.get("whole_model_link_ns") or {}).items()}
         cold_selection = _selection(work / "plan")
+        cold_peaks = dict(cold.get("peak_mib") or {})     # the optimizer's peak RSS by the end of each stage
         warm_s, warm_rss, code, _, warm_tree = timed(optimize, env, tree=True)
     else:
         cold_s, warm_s = previous["cold_optimize_s"], previous["warm_optimize_s"]
@@ -173,6 +175,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
                                  previous.get("optimize_tree_pss_peak_members", []))
         cold_stages = previous.get("cold_stages_s", {})
         cold_selection = previous.get("cold_selection", {})
+        cold_peaks = previous.get("cold_stage_peak_mib", {})
     result_json = work / "bench.json"
     _, _, code, log, _ = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
                                      "--cache", str(work / "profile-cache"), "--json", str(result_json)], env)
@@ -186,7 +189,8 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
                   optimize_tree_peak_mb=max(cold_tree[0], warm_tree[0]),
                   optimize_tree_pss_peak_mb=max(cold_tree[1], warm_tree[1]),
                   optimize_tree_pss_peak_members=max(cold_tree, warm_tree, key=lambda t: t[1])[2],
-                  cold_stages_s=cold_stages, cold_selection=cold_selection, predicted_ms=_predicted(work / "plan"))
+                  cold_stages_s=cold_stages, cold_stage_peak_mib=cold_peaks, cold_selection=cold_selection,
+                  predicted_ms=_predicted(work / "plan"))
     return result
 
 

@@ -298,6 +298,9 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
     if stats.profile_phase_seconds:
         phases = sorted(stats.profile_phase_seconds.items(), key=lambda kv: -kv[1])
         rows.append(("profiling", ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases)))
+    if stats.peak_mib:
+        rows.append(("memory", "this process's peak RSS by the end of " + ", ".join(
+            f"{name} {mib:,.0f} MiB" for name, mib in stats.peak_mib.items())))
     return "\n".join(f"{k:<11} {v}" for k, v in rows)
 
 

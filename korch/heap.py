@@ -20,6 +20,7 @@ import ctypes
 import functools
 import logging
 import os
+import resource
 
 log = logging.getLogger("korch.heap")
 
@@ -76,3 +77,9 @@ def set_thresholds(mmap_bytes: int, trim_bytes: int) -> bool:
     libc = _libc()
     return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(mmap_bytes))
                                      and libc.mallopt(_M_TRIM_THRESHOLD, ctypes.c_int(trim_bytes)))
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set so far (MiB, 2**20 bytes; getrusage's ru_maxrss, in KiB on
+    Linux): read at the end of each stage of an optimize, it says which stage set the peak."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

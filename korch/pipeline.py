@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.onnx_import import model_digest, read_model
 from korch.frontend.regions import OnnxSource, share_weights
 from korch.frontend.rewrites import rewrite_model
+from korch.heap import peak_rss_mib
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
@@ -218,6 +219,9 @@ class OptimizeStats:
     select_seconds: float             # measured selection: solving, compiling and timing plans
     check_seconds: float
     optimize_seconds: float
+    # stage -> this process's peak RSS by its end (MiB; heap.peak_rss_mib): the first stage at the
+    # largest figure set the optimize's peak (compile workers' own memory not included)
+    peak_mib: Mapping[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict[str, object]:
         flat = asdict(self)
@@ -396,6 +400,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     # whose plan passed its check before never loads it.
     original = None if fissioned.original is None else functools.partial(load_model, resolved, input_shapes)
     fissioned = replace(fissioned, original=None)
+    peaks = {"fission": peak_rss_mib()}
     graph = fissioned.graph
     onnx_source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), graph)
     fissioned = replace(fissioned, model=onnx_source.model)     # the model with its weights held once, in `graph`
@@ -403,6 +408,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     pools = profile_pools(graph, cands, settings)
     universe = candidate_universe(cands, settings)
     remember_features(db, model_label(source), graph, universe)
+    peaks["candidates"] = peak_rss_mib()
     # Boundary costs (a one-kernel plan has none), each engine's calibrated once per machine: the engines
     # profiled first now; one profiled last when a round would measure its fused kernels (profile_last),
     # or a split plan worth compiling uses it (measured selection); until then its boundaries are free.
@@ -421,10 +427,12 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     with ReferenceValues(graph, settings.seed, db.path.parent) as reference:      # computed once, kept on disk
         profiled, guide = guided_profile(graph, first, universe, db, settings, machine, onnx_source, boundary,
                                          progress, keep, boundaries.start, reference)
+        peaks["profile"] = peak_rss_mib()
         profiled = profile_last(graph, {n: inductor_regions(cands, settings) for n in last}, cands.small, profiled,
                                 first, db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start,
                                 reference, None if settings.whole_models else boundaries.ensure)
     profile_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
+    peaks["profile last"] = peak_rss_mib()
     # A backend whose fused kernels a cold run's rounds measured was calibrated then; a warm run, its
     # profiling remembered, calibrates it here, so both price the split kernels' refills net of the
     # same starts (Refills) and key the same selection problem.
@@ -443,11 +451,13 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                                   link.state_probe(db.path.parent / "tools", settings.threads,
                                                    profiled.link[0] if profiled.link else None))
     select_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
+    peaks["select"] = peak_rss_mib()
     calibrate_seconds = boundaries.seconds
     t0 = time.perf_counter()
     check = selected.check or check_plan(selected.plan, selected.session or compile_plan(selected.plan), checker)
     if check.ok and not selected.check_remembered and selected.problem:
         db.remember_check(selected.problem, {"weights": weights, "check": check.to_json()})
+    peaks["check"] = peak_rss_mib()
     stats = OptimizeStats(
         primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque),
         rewrites=fissioned.rewrites, candidates=len(cands.all), regions=len(cands.regions),
@@ -461,7 +471,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         check_inputs=settings.accuracy.check_inputs, check_remembered=selected.check_remembered,
         load_seconds=fissioned.load_seconds,
         fission_seconds=fissioned.fission_seconds, candidates_seconds=cands.seconds, profile_seconds=profile_seconds,
-        profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start)
+        profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start,
+        peak_mib=peaks)
     if not check.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {check.summary()}")
     plan = keep_kernels(selected.plan, selected.session, db.path.parent, weights, kept_for_s)

@@ -579,6 +579,11 @@ def test_cli_optimize_run_and_failures(tmp_path: Path, capsys: pytest.CaptureFix
     assert list(stages) == ["load", "fission", "candidates", "calibrate", "profile", "select", "check", "optimize"]
     parts = sum(float(v) for k, v in stages.items() if k != "optimize")
     assert parts <= float(stages["optimize"]) + 0.5, stages
+    # the process's peak RSS by the end of each stage: never falling, and at least the model's weights
+    memory = next(line for line in out.splitlines() if line.startswith("memory"))
+    peaks = {k: float(v.replace(",", "")) for k, v in re.findall(r"(\w+(?: last)?) ([\d,]+) MiB", memory)}
+    assert list(peaks) == ["fission", "candidates", "profile", "profile last", "select", "check"], memory
+    assert list(peaks.values()) == sorted(peaks.values()) and peaks["fission"] > 50, memory
     assert main(["run", str(plan_dir), "-o", str(tmp_path / "out.npz")]) == 0
     with np.load(tmp_path / "out.npz") as result:
         assert result[zoo.get_model("bert-mini").outputs[0]].shape[0] == 1
