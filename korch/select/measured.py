@@ -935,7 +935,9 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
                                 decided=median_ratio_decided(a.name, b.name, s.duel_rounds, wins))
         timings, state = ctx.around(compare)
         tries = 1
-        while ctx.links is not None and state != "near" and tries <= s.duel_link_retries:
+        # (only where profiling read the link: a probe that reads nothing says "moving" of every duel)
+        while ctx.links is not None and ctx.links.nearest is not None and state != "near" \
+                and tries <= s.duel_link_retries:
             log.info("side by side: %s against %s ran with the core link %s: comparing them again", _who(a.name),
                      _who(b.name), state or "moving")
             again, again_state = ctx.around(compare)

@@ -120,16 +120,20 @@ def test_a_duel_run_with_the_core_link_far_or_moving_is_run_again_and_the_neares
                   {"openvino": [10.7] * 5, "onnxruntime": [10.0] * 5}])
     monkeypatch.setattr(measured, "side_by_side", lambda fns, *args, **kwargs: _timings(next(calls)))
     said = iter(states)
-    ctx = SimpleNamespace(settings=SETTINGS, feeds={}, links=object(), around=lambda timing: (timing(), next(said)))
+    ctx = SimpleNamespace(settings=SETTINGS, feeds={}, links=SimpleNamespace(nearest=50.0),
+                          around=lambda timing: (timing(), next(said)))
     champion = SimpleNamespace(name="openvino", session=None, estimate_s=0.00855)
     challenger = SimpleNamespace(name="onnxruntime", session=None, estimate_s=0.00892)
     duel = _duel(ctx, champion, challenger)                             # type: ignore[arg-type]
     assert (duel.winner, duel.tries) == (winner, tries)
     assert duel.state == {"openvino": states[0], "onnxruntime": states[-1]}[winner]
     off = SimpleNamespace(settings=SimpleNamespace(selection=replace(SETTINGS.selection, duel_link_retries=0)),
-                          feeds={}, links=object(), around=lambda timing: (timing(), "far"))
+                          feeds={}, links=SimpleNamespace(nearest=50.0), around=lambda timing: (timing(), "far"))
     calls = iter([{"openvino": [12.9] * 5, "onnxruntime": [15.5] * 5}])
     assert _duel(off, champion, challenger).tries == 1                  # type: ignore[arg-type]
+    unread = SimpleNamespace(**{**vars(off), "settings": SETTINGS, "links": SimpleNamespace(nearest=None)})  # none read
+    calls = iter([{"openvino": [12.9] * 5, "onnxruntime": [15.5] * 5}])
+    assert _duel(unread, champion, challenger).tries == 1               # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("split_ms", "expected"), [
