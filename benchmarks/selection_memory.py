@@ -1,12 +1,14 @@
 """Where an optimize's memory sits when measured selection starts and at each duel (both contenders
-compiled): resident memory by mapping, and the engine sessions and ModelProtos alive.
+compiled) and second look (before and after it): resident memory by mapping, and the engine
+sessions and ModelProtos alive.
 
     python benchmarks/selection_memory.py MODEL CACHE_DIR THREADS
 
 Runs korch's optimize in this process (cold on an empty CACHE_DIR; on a filled one, profiling is
 skipped and selection starts from a process that never profiled). Reports are taken by wrapping
 korch.pipeline.measured_selection and korch.select.measured._duel; the optimize is otherwise
-korch's own. Ends with the process's peak (ru_maxrss).
+korch's own, with the engines `korch optimize` uses by default. Ends with the process's peak
+(ru_maxrss).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 
 import korch.pipeline as pipeline
 import korch.select.measured as measured
+from korch.api import default_backends
 from korch.profile.database import ProfileDB
 from korch.settings import OptimizeSettings
 
@@ -54,7 +57,7 @@ def main() -> None:
         sys.exit(__doc__.split("\n\n")[1])
     model, cache, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout)
-    select, duel = pipeline.measured_selection, measured._duel
+    select, duel, look = pipeline.measured_selection, measured._duel, measured._second_look
 
     def selecting(*args, **kwargs):
         report("selection starts")
@@ -64,9 +67,16 @@ def main() -> None:
         report("a duel starts")
         return duel(*args, **kwargs)
 
-    pipeline.measured_selection, measured._duel = selecting, dueling
+    def looking(ctx, bar, champion, other, *args, **kwargs):
+        report(f"a second look at {other.name}'s whole model starts (it is compiled)")
+        joins = look(ctx, bar, champion, other, *args, **kwargs)
+        report(f"the look at {other.name}'s whole model is done")
+        return joins
+
+    pipeline.measured_selection, measured._duel, measured._second_look = selecting, dueling, looking
     with ProfileDB(os.path.join(cache, "profiles.sqlite")) as db:
-        pipeline.optimize(model, db, OptimizeSettings(threads=threads), compile_session=False)
+        pipeline.optimize(model, db, OptimizeSettings(threads=threads, backends=default_backends()),
+                          compile_session=False)
     report("optimize done")
     print(f"peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10} MB")
 

@@ -1075,6 +1075,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
                 else:                            # (timed as a plan is: the kept plan's measured time)
                     bar_s, bar_state = ctx.around(lambda: ctx.time(session))
                     champion_s = bar_s
+                del session                      # (held here, the champion's weights stayed through the looks)
                 if champion.name != SPLIT and ctx.quick_to_compile(champion.name):
                     champion.session = None  # type: ignore[assignment]
                     release_freed_heap()
