@@ -1,5 +1,5 @@
 """Where an optimize's memory sits when measured selection starts and at each duel (both contenders
-compiled) and second look (before and after it): resident memory by mapping, and the engine
+compiled), second look and plan check (before and after each): resident memory by mapping, and the engine
 sessions and ModelProtos alive.
 
     python benchmarks/selection_memory.py MODEL CACHE_DIR THREADS
@@ -73,7 +73,16 @@ def main() -> None:
         report(f"the look at {other.name}'s whole model is done")
         return joins
 
+    check = measured._Context.check
+
+    def checking(self, plan, session):
+        report(f"a check of {plan.steps[0].backend if len(plan.steps) == 1 else 'a split plan'} starts")
+        result = check(self, plan, session)
+        report("the check is done")
+        return result
+
     pipeline.measured_selection, measured._duel, measured._second_look = selecting, dueling, looking
+    measured._Context.check = checking
     with ProfileDB(os.path.join(cache, "profiles.sqlite")) as db:
         pipeline.optimize(model, db, OptimizeSettings(threads=threads, backends=default_backends()),
                           compile_session=False)

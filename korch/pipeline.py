@@ -366,10 +366,10 @@ def small_kernel_backends(cands: CandidateSet, profiled: ProfileOutcome) -> set[
 
 
 def plan_checker(graph: Graph, source: OnnxSource, settings: OptimizeSettings,
-                 original: onnx.ModelProto | Callable[[], onnx.ModelProto] | None = None) -> PlanChecker:
+                 original: onnx.ModelProto | Path | Callable[[], onnx.ModelProto] | None = None) -> PlanChecker:
     """Checks plans against onnxruntime on `check_inputs` fresh random inputs, per output, under the
     accuracy policy (korch/settings.py): onnxruntime running the model as the user gave it (`original`,
-    or a function that loads it, where rewrites changed it), not as korch rewrote it."""
+    its file, or a function that loads it, where rewrites changed it), not as korch rewrote it."""
     policy = settings.accuracy
     seeds = [settings.seed + 1 + k * 1000 for k in range(policy.check_inputs)]
     if original is not None:
@@ -397,8 +397,11 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                             rewrite=settings.rewrites, seed=settings.seed, accuracy=settings.accuracy, db=db)
     # The model as given, where rewrites changed it, is loaded again when a plan is first checked, not
     # held through profiling and selection (yolov4: 246 MB under the optimize's peaks); a warm run
-    # whose plan passed its check before never loads it.
-    original = None if fissioned.original is None else functools.partial(load_model, resolved, input_shapes)
+    # whose plan passed its check before never loads it. A file is read by onnxruntime itself: loaded
+    # here, then serialized for onnxruntime, it was most of the first check's 1.9 GB (yolov4: the
+    # select stage's peak, 4.2 GB).
+    original = None if fissioned.original is None else \
+        Path(resolved) if isinstance(resolved, (str, os.PathLike)) else functools.partial(load_model, resolved, input_shapes)
     fissioned = replace(fissioned, original=None)
     peaks = {"fission": peak_rss_mib()}
     graph = fissioned.graph

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
@@ -48,10 +49,12 @@ def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
-def onnxruntime_runner(model: onnx.ModelProto, threads: int = 0, shared: Mapping[str, np.ndarray] | None = None,
+def onnxruntime_runner(model: onnx.ModelProto | str | os.PathLike, threads: int = 0,
+                       shared: Mapping[str, np.ndarray] | None = None,
                        ) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
-    """One onnxruntime session over `model`, as a function feeds -> {output name: array}. `shared`:
-    the data of the model's stand-in initializers, by name (OnnxSource.arrays)."""
+    """One onnxruntime session over `model` (a ModelProto, or an ONNX file onnxruntime reads itself),
+    as a function feeds -> {output name: array}. `shared`: the data of the model's stand-in
+    initializers, by name (OnnxSource.arrays)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -61,7 +64,9 @@ def onnxruntime_runner(model: onnx.ModelProto, threads: int = 0, shared: Mapping
         from korch.backends.onnxruntime import add_shared_initializers
 
         add_shared_initializers(options, shared)
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    # (a file is read by onnxruntime: no ModelProto in Python, nor its serialized copy)
+    data = str(model) if isinstance(model, (str, os.PathLike)) else model.SerializeToString()
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}
 
@@ -273,12 +278,12 @@ class PlanChecker:
     error against the float64 reference, within `tolerance(e)` where e is onnxruntime's own error
     against that reference on those inputs (OutputCheck)."""
 
-    def __init__(self, graph: Graph, model: onnx.ModelProto | Callable[[], onnx.ModelProto], seeds: Sequence[int],
-                 rtol: float, tolerance: Callable[[float], float],
+    def __init__(self, graph: Graph, model: onnx.ModelProto | str | os.PathLike | Callable[[], onnx.ModelProto],
+                 seeds: Sequence[int], rtol: float, tolerance: Callable[[float], float],
                  shared: Mapping[str, np.ndarray] | None = None) -> None:
-        """`model`: the model onnxruntime runs, or a function reading it, called only when a plan is
-        first checked (a model read from a file is then not held through profiling). `shared`: the
-        data of the model's stand-in initializers (OnnxSource.arrays)."""
+        """`model`: the model onnxruntime runs, its ONNX file (read by onnxruntime when a plan is first
+        checked), or a function reading it, called only then (a model read from a file is then not held
+        through profiling). `shared`: the data of the model's stand-in initializers (OnnxSource.arrays)."""
         self.graph, self.model, self.seeds, self.rtol, self.tolerance = graph, model, tuple(seeds), rtol, tolerance
         self.shared = shared
         self._feeds: dict[int, dict[str, np.ndarray]] = {}
