@@ -574,7 +574,7 @@ def _unsettled(got: ProfileOutcome, backends: Iterable[str], threads: int) -> di
     the link near has nothing better to compare with."""
     if threads <= 1:
         return {}
-    nearest = min((*(x for v in got.whole_links.values() for x in v), *(got.link or ())), default=None)
+    nearest = got.nearest_link()
     why = {}
     for name in backends:
         links = got.whole_links.get(name, ())
@@ -591,22 +591,19 @@ def _unsettled(got: ProfileOutcome, backends: Iterable[str], threads: int) -> di
 
 def _settle_wholes(got: ProfileOutcome, pools: Mapping[str, Sequence[Candidate]], small: Sequence[Candidate],
                    usable: Mapping[tuple[str, str], float], whole: int, absorb: Callable[..., ProfileOutcome],
-                   ps: ProfileSettings, threads: int) -> int:
+                   ps: ProfileSettings, threads: int) -> None:
     """Each whole model of `pools` profiled in `got` with the core link moving or far (_unsettled)
     timed once more, its profile the faster of the two (_look_again; `small`: candidates for the
-    sentinel before it). The number timed again."""
+    sentinel before it)."""
     why = _unsettled(got, pools, threads) if ps.settle_whole_models else {}
-    timed = 0
     for name, reason in why.items():
         cand = next((c for c in pools[name] if c.size == whole and (c.key, name) in usable), None)
         if cand is None:                      # (rejected, or it failed: no profile to settle)
             continue
         before = usable[(cand.key, name)]
         after = _look_again(name, cand, small, pools, usable, absorb, ps).get((cand.key, name))
-        timed += 1
         log.info("%s: its whole model profiled at %.2f ms, but %s: timed again at %s; the faster kept", name,
                  before * 1e3, reason, f"{after * 1e3:.2f} ms" if after else "no time")
-    return timed
 
 
 def _other_state(got: ProfileOutcome, name: str, pools: Mapping[str, Sequence[Candidate]],

@@ -119,9 +119,12 @@ class ProfileOutcome:
             return None
         if threads <= 1:
             return "one thread"
-        links = self.whole_links.get(backend, ())
-        return link.state(links, min((*links, *(x for v in self.whole_links.values() for x in v),
-                                      *(self.link or ())), default=None))
+        return link.state(self.whole_links.get(backend, ()), self.nearest_link())
+
+    def nearest_link(self) -> float | None:
+        """The nearest core link read in this run, around a whole model's profile or beside the speed
+        (ns; None: none read), which a reading is judged far against (link.state)."""
+        return min((*(x for v in self.whole_links.values() for x in v), *(self.link or ())), default=None)
 
     def merged(self, more: ProfileOutcome) -> ProfileOutcome:
         """This outcome and `more`, a later profile of other pairs at the same tolerance: their records,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,16 @@ from korch.profile.speed import SpeedWatch
 from korch.settings import OptimizeSettings, ProfileSettings
 
 QUICK = replace(ProfileSettings(), warmup=0, repeats=2, min_seconds=0.0, precision=None, watch_interval_s=0.0)
+
+
+def _slow_after_first() -> Callable[[], float]:
+    """A speed reader: the machine at its speed on the first reading, 3x slower on every one after."""
+    calls = []
+
+    def read() -> float:
+        calls.append(1)
+        return 1.0 if len(calls) == 1 else 3.0
+    return read
 
 
 def test_jobs_between_two_readings_are_suspect_when_either_is_slow() -> None:
@@ -129,11 +140,7 @@ def test_a_whole_model_is_at_speed_only_with_a_profile_kept_from_outside_every_s
     spell (ProfileOutcome.whole_state): slow through both of its timings, or never watched, it is not."""
     graph = _graph()
     whole = next(c for c in enumerate_candidates(graph, OptimizeSettings().limits) if c.size == len(graph.nodes))
-    calls = []
-
-    def slow_after_first() -> float:
-        calls.append(1)
-        return 1.0 if len(calls) == 1 else 3.0
+    slow_after_first = _slow_after_first()
 
     with ProfileDB(tmp_path / "p.sqlite") as db:
         slow = profile(graph, {"onnxruntime": [whole]}, db, 1, "m", QUICK, speed_reader=slow_after_first)
@@ -325,11 +332,7 @@ def test_a_whole_models_link_readings_are_those_of_the_profile_kept(
 
     monkeypatch.setattr(profiler, "_measure_one", spy)
     monkeypatch.setattr(link, "reader", lambda *a, **k: lambda: 50.0 if len(started) <= 1 else 400.0)
-    calls = []
-
-    def slow_after_first() -> float:
-        calls.append(1)
-        return 1.0 if len(calls) == 1 else 3.0
+    slow_after_first = _slow_after_first()
 
     with ProfileDB(tmp_path / "p.sqlite") as db:
         outcome = profile(graph, {"onnxruntime": [whole]}, db, 2, "m", QUICK, speed_reader=slow_after_first)
