@@ -15,7 +15,8 @@ optimizer (a page shared by n of them counts 1/n in each, so the sum is what the
 summed RSS counts a library mapped in three processes three times). Results go to
 DIR/results.json (per system: median, p10, p90, peak RSS and error against onnxruntime; the cold
 optimize's seconds by stage, the optimizer's peak RSS by the end of each stage (which stage set the
-peak) and what its selection kept and why, from its plan's summary, before
+peak), its BLP solves (how many, their seconds, the slowest, any not proven optimal: guided
+profiling's and selection's) and what its selection kept and why, from its plan's summary, before
 the warm run writes the plan again) and the Markdown tables to stdout; the cold optimize runs with
 `korch -v` and its whole log is kept as DIR/<model>-t<threads>/cold-optimize.log. Nothing
 here is typed by hand. "vs best" is the fastest peer's median over korch's, and in brackets (runs
@@ -167,6 +168,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         link["whole"] = {b: list(v) for b, v in (cold.get("whole_model_link_ns") or {}).items()}
         cold_selection = _selection(work / "plan")
         cold_peaks = dict(cold.get("peak_mib") or {})     # the optimizer's peak RSS by the end of each stage
+        cold_solves = dict(cold.get("solves") or {})      # every BLP solve of the cold run: count, seconds, slowest
         warm_s, warm_rss, code, _, warm_tree = timed(optimize, env, tree=True)
     else:
         cold_s, warm_s = previous["cold_optimize_s"], previous["warm_optimize_s"]
@@ -176,6 +178,7 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
         cold_stages = previous.get("cold_stages_s", {})
         cold_selection = previous.get("cold_selection", {})
         cold_peaks = previous.get("cold_stage_peak_mib", {})
+        cold_solves = previous.get("cold_solves", {})
     result_json = work / "bench.json"
     _, _, code, log, _ = timed(korch + ["bench", name, "--plan", str(work / "plan"), "--threads", str(threads),
                                      "--cache", str(work / "profile-cache"), "--json", str(result_json)], env)
@@ -189,7 +192,8 @@ def _run_one(name: str, threads: int, work: Path, previous: dict | None, flags: 
                   optimize_tree_peak_mb=max(cold_tree[0], warm_tree[0]),
                   optimize_tree_pss_peak_mb=max(cold_tree[1], warm_tree[1]),
                   optimize_tree_pss_peak_members=max(cold_tree, warm_tree, key=lambda t: t[1])[2],
-                  cold_stages_s=cold_stages, cold_stage_peak_mib=cold_peaks, cold_selection=cold_selection,
+                  cold_stages_s=cold_stages, cold_stage_peak_mib=cold_peaks, cold_solves=cold_solves,
+                  cold_selection=cold_selection,
                   predicted_ms=_predicted(work / "plan"))
     return result
 
@@ -374,14 +378,18 @@ def _optimize_state(readings: list, states: dict) -> str | None:
 
 def stages_table(results: list[dict]) -> str:
     """Where each cold optimize spent its time, by stage (as its plan's summary says)."""
-    head = "| model | threads | cold optimize s | " + " | ".join(f"{s} s" for s in STAGES) + " |"
+    head = ("| model | threads | cold optimize s | " + " | ".join(f"{s} s" for s in STAGES)
+            + " | BLP solves: count / s / slowest s / not proven optimal |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         stages = r.get("cold_stages_s") or {}
         if "error" in r or not stages:
             continue
+        solves = r.get("cold_solves") or {}
+        blp = (f"{solves['solves']} / {solves['seconds']:.2f} / {solves['slowest_s']:.2f} / {solves['unproven']}"
+               if solves else "-")
         lines.append(f"| {r['model']} | {r['threads']} | {r['cold_optimize_s']:.0f} | "
-                     + " | ".join(f"{stages[s]:.1f}" if s in stages else "-" for s in STAGES) + " |")
+                     + " | ".join(f"{stages[s]:.1f}" if s in stages else "-" for s in STAGES) + f" | {blp} |")
     phases = []
     for r in results:               # the profile stage's largest phases (runs since the plan summary's phases are kept)
         own = sorted(((k.removeprefix("profile: "), v) for k, v in (r.get("cold_stages_s") or {}).items()

@@ -250,6 +250,15 @@ def rewrites_line(notes: Sequence[str], shown: int = REWRITES_SHOWN) -> str:
             + f"; and {len(notes) - shown} more")
 
 
+def _solves(solves) -> str:
+    """Every BLP solve of the run (pipeline.OptimizeStats.solves), after the kept plan's solve."""
+    if not solves.solves:
+        return ""
+    proven = "all proven optimal" if not solves.unproven else f"{solves.unproven} NOT proven optimal"
+    return (f"; the run's {solves.solves} BLP solve(s) {solves.seconds:.2f} s, the slowest "
+            f"{solves.slowest_s:.2f} s, {proven}")
+
+
 def format_summary(stats, by_backend: dict[str, int]) -> str:
     """The optimize summary: what was done, what was kept and why, the check, and the stage times."""
     sel = stats.selection
@@ -285,7 +294,7 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
         *([("schedule", ("the best split plan: " if sel.kept != "split" else "") + sel.schedule.why)]
           if sel.schedule is not None and sel.split_kernels is not None else []),
         ("solver", f"{sel.solve_seconds:.3f} s, " + ("proven optimal" if sel.optimal and sel.gap == 0 else
-                                                      f"gap {sel.gap:.1e}, NOT proven optimal")),
+                                                      f"gap {sel.gap:.1e}, NOT proven optimal") + _solves(stats.solves)),
         ("check", f"max relative error vs onnxruntime {stats.max_rel_error:.2e} over {stats.check_inputs} random "
                   f"inputs; worst {stats.check_worst}"
                   + ("; passed by this plan on these weights in an earlier run, not run again"

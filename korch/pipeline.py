@@ -50,7 +50,7 @@ from korch.profile.profiler import ProfileOutcome, Progress, accepted
 from korch.profile.prune import worth_profiling
 from korch.profile.reference_values import ReferenceValues
 from korch.runtime import Session, compile_plan
-from korch.select import Option
+from korch.select import Option, SolveStats, SolveTally
 from korch.select.coverage import require_cover
 from korch.select.measured import SelectionStats, measured_selection
 from korch.settings import AccuracyPolicy, OptimizeSettings
@@ -222,6 +222,7 @@ class OptimizeStats:
     # stage -> this process's peak RSS by its end (MiB; heap.peak_rss_mib): the first stage at the
     # largest figure set the optimize's peak (compile workers' own memory not included)
     peak_mib: Mapping[str, float] = field(default_factory=dict)
+    solves: SolveStats = SolveStats()    # every BLP solve of the run (guided profiling's and selection's)
 
     def summary(self) -> dict[str, object]:
         flat = asdict(self)
@@ -427,13 +428,14 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
 
     def boundary(producer: str, consumer: str, value: str) -> float:
         return boundaries.cost(producer, consumer, graph.types[value])
+    solves = SolveTally()                 # every BLP solve of the run, guided profiling's and selection's
     with ReferenceValues(graph, settings.seed, db.path.parent) as reference:      # computed once, kept on disk
         profiled, guide = guided_profile(graph, first, universe, db, settings, machine, onnx_source, boundary,
-                                         progress, keep, boundaries.start, reference)
+                                         progress, keep, boundaries.start, reference, solves)
         peaks["profile"] = peak_rss_mib()
         profiled = profile_last(graph, {n: inductor_regions(cands, settings) for n in last}, cands.small, profiled,
                                 first, db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start,
-                                reference, None if settings.whole_models else boundaries.ensure)
+                                reference, None if settings.whole_models else boundaries.ensure, solves)
     profile_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
     peaks["profile last"] = peak_rss_mib()
     # A backend whose fused kernels a cold run's rounds measured was calibrated then; a warm run, its
@@ -452,7 +454,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     selected = measured_selection(graph, options, steps, onnx_source, settings, machine, db, priced, checker,
                                   weights, {b: profiled.whole_state(b, settings.threads) for b in settings.backends},
                                   link.state_probe(db.path.parent / "tools", settings.threads,
-                                                   profiled.link[0] if profiled.link else None))
+                                                   profiled.link[0] if profiled.link else None), solves)
     select_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
     peaks["select"] = peak_rss_mib()
     calibrate_seconds = boundaries.seconds
@@ -475,7 +477,7 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         load_seconds=fissioned.load_seconds,
         fission_seconds=fissioned.fission_seconds, candidates_seconds=cands.seconds, profile_seconds=profile_seconds,
         profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start,
-        peak_mib=peaks)
+        peak_mib=peaks, solves=solves.stats)
     if not check.ok:
         raise VerificationError(f"the optimized plan disagrees with onnxruntime: {check.summary()}")
     plan = keep_kernels(selected.plan, selected.session, db.path.parent, weights, kept_for_s)

@@ -27,6 +27,7 @@ from korch.pipeline import FissionResult, optimize, run_fission
 from korch.plan import Plan, PlanError, Step, load_plan, save_plan
 from korch.plan.plan import EXTERNAL_MIN_BYTES, _write_manifest
 from korch.profile.database import ProfileDB, Record, machine_fingerprint
+from korch.select.blp import Formulation
 from korch.select.measured import SPLIT
 from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
 from korch.verify import DEFAULT_RTOL, PlanChecker, diff_outputs, random_feeds, run_onnxruntime
@@ -44,10 +45,26 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> ProfileDB:
 
 
 @pytest.mark.parametrize("name", ["candy-mini", "bert-mini"])
-def test_plan_of_kernels_matches_onnxruntime_and_survives_save_load(name: str, db: ProfileDB, tmp_path: Path) -> None:
+def test_plan_of_kernels_matches_onnxruntime_and_survives_save_load(name: str, db: ProfileDB, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     model = zoo.to_model_proto(name)
+    solved: list[float] = []                  # every BLP solve of the run, as the solver returns it
+    solve = Formulation.solve
+
+    def counted(self, *a, **k):
+        selection = solve(self, *a, **k)
+        solved.append(selection.seconds)
+        return selection
+    monkeypatch.setattr(Formulation, "solve", counted)
     plan, session, stats = optimize(model, db, ORT_KERNELS_ONLY)
     assert stats.selection.optimal and stats.selection.gap == 0 and stats.selection.kept == SPLIT
+    # the run's solves are each counted, and the summary says how many, how long, the slowest
+    assert solved and stats.solves.solves == len(solved) and stats.solves.unproven == 0
+    assert stats.solves.seconds == pytest.approx(sum(solved)) and stats.solves.slowest_s == max(solved)
+    solver = next(line for line in format_summary(stats, plan.kernels_by_backend()).splitlines()
+                  if line.startswith("solver"))
+    assert f"the run's {len(solved)} BLP solve(s) {sum(solved):.2f} s, the slowest {max(solved):.2f} s, " \
+           "all proven optimal" in solver, solver
     assert len(plan.steps) > 1 and all(not s.onnx_nodes for s in plan.steps)
     covered = {i for s in plan.steps for i in s.nodes}
     assert covered == set(range(len(plan.graph.nodes))), "every primitive is computed by some kernel"

@@ -99,6 +99,7 @@ from korch.select.blp import (
     Relaxation,
     Selection,
     SelectionError,
+    SolveTally,
     StartCost,
     formulate,
 )
@@ -132,10 +133,11 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
                    universe: Mapping[str, Sequence[Candidate]], db: ProfileDB, settings: OptimizeSettings,
                    machine: str, source: OnnxSource | None, boundary: BoundaryFn,
                    progress: Progress | None = None, keep: KeepKernel | None = None,
-                   start: StartCost | None = None, reference: ReferenceValues | None = None
-                   ) -> tuple[ProfileOutcome, GuideStats]:
+                   start: StartCost | None = None, reference: ReferenceValues | None = None,
+                   tally: SolveTally | None = None) -> tuple[ProfileOutcome, GuideStats]:
     """Records for the candidates each backend may use: for a guided backend, chosen from all of
-    `universe` by solving (module doc); for any other, every candidate of its budgeted `pools`."""
+    `universe` by solving (module doc); for any other, every candidate of its budgeted `pools`.
+    `tally`: where the BLP solves are counted."""
     ps = settings.profile
     models = {}
     if ps.guided:
@@ -232,7 +234,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         sampled = _sample_refills(refills, usable, records, pools, db, measure, ps.guide_refill_sample)
         log.info("guided profiling: split kernels priced as they run in a plan%s: %s",
                  f" ({sampled} kernel(s) timed again after a sweep)" if sampled else "", refills.summary())
-    split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s, refills)
+    split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s, refills, tally)
     bar = _bar(pools, usable, whole, settings)
 
     def until_stable(max_rounds: int) -> tuple[int, bool]:
@@ -371,7 +373,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                  settings: OptimizeSettings, machine: str, source: OnnxSource | None, boundary: BoundaryFn,
                  progress: Progress | None = None, keep: KeepKernel | None = None,
                  start: StartCost | None = None, reference: ReferenceValues | None = None,
-                 calibrate: Callable[[Collection[str]], bool] | None = None) -> ProfileOutcome:
+                 calibrate: Callable[[Collection[str]], bool] | None = None,
+                 tally: SolveTally | None = None) -> ProfileOutcome:
     """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
     `regions` (name -> the regions it compiles: Inductor's whole model and a tiling), taken after
     them. Where the whole model is compiled in place (too large for a compile worker), it is profiled
@@ -395,7 +398,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     needed. Until then the rounds solve with their boundaries free, a lower bound that can only make
     a round choose more of their kernels, and a round that would measure one calibrates first and
     solves again (solve_until_stable). Where no round would measure one, they are not calibrated
-    here (measured selection may still: korch/select/measured.py).
+    here (measured selection may still: korch/select/measured.py). `tally`: where the BLP solves are
+    counted.
     """
     if not regions:
         return outcome
@@ -506,7 +510,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
 
         refloor()
         legal = len(pending)
-        split = SplitProblem(graph, everything, boundary, start, settings.selection.solver_time_limit_s)
+        split = SplitProblem(graph, everything, boundary, start, settings.selection.solver_time_limit_s, tally=tally)
         rounds, stable = solve_until_stable(split, usable, pending, floors, measure, ps.guide_rounds,
                                             ps.inductor_batch, budget=ps.inductor_budget,
                                             bar=_bar(everything, usable, whole, settings), refine=refine,
@@ -682,8 +686,9 @@ class SplitProblem:
 
     def __init__(self, graph: Graph, pools: Mapping[str, Sequence[Candidate]], boundary: BoundaryFn | None = None,
                  start: StartCost | None = None, time_limit: float = DEFAULT_TIME_LIMIT_S,
-                 refills: Refills | None = None) -> None:
+                 refills: Refills | None = None, tally: SolveTally | None = None) -> None:
         self._graph, self._boundary, self._start, self.time_limit = graph, boundary, start, time_limit
+        self.tally = tally             # where its solves are counted (None: nowhere)
         self.refills = refills         # each kernel priced as it runs in a plan (None: at its profile)
         whole = len(graph.nodes)
         self._options: list[Option] = []
@@ -743,7 +748,7 @@ class SplitProblem:
         f = self.formulation
         if f is None:
             return Selection((), 0.0, 0.0, 0.0, True)
-        return f.solve(self.prices(costs, pending, optimistic), self.time_limit)
+        return f.solve(self.prices(costs, pending, optimistic), self.time_limit, tally=self.tally)
 
 
 def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], float],

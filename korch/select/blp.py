@@ -134,6 +134,30 @@ class Selection:
 
 
 @dataclass(frozen=True)
+class SolveStats:
+    """Every BLP solve of one optimize run (guided profiling's and measured selection's), cycle-cut
+    re-solves and formulating inside each solve's seconds: how many, their total and the slowest,
+    and how many the solver did not prove optimal within its time limit."""
+
+    solves: int = 0
+    seconds: float = 0.0
+    slowest_s: float = 0.0
+    unproven: int = 0
+
+
+class SolveTally:
+    """Adds up the solves it is handed (`solve(..., tally=)`, `Formulation.solve(..., tally=)`)."""
+
+    def __init__(self) -> None:
+        self.stats = SolveStats()
+
+    def add(self, selection: Selection) -> None:
+        s = self.stats
+        self.stats = SolveStats(s.solves + 1, s.seconds + selection.seconds, max(s.slowest_s, selection.seconds),
+                                s.unproven + (not selection.optimal))
+
+
+@dataclass(frozen=True)
 class _CycleCut:
     """sum_{k in members} x_k - sum_{j in suppliers} x_j <= len(members) - 1 (module doc)."""
 
@@ -473,8 +497,9 @@ class Formulation:
         return lps[budget]
 
     def solve(self, costs: Mapping[str, float] | None = None, time_limit: float = DEFAULT_TIME_LIMIT_S,
-              began: float | None = None) -> Selection:
-        """`solve` at these costs; `began`: when the time limit started (default: now)."""
+              began: float | None = None, tally: SolveTally | None = None) -> Selection:
+        """`solve` at these costs; `began`: when the time limit started (default: now); `tally`: where
+        the solve is counted."""
         began = time.perf_counter() if began is None else began
         options, free, crossings = self.options, set(self.free), self.crossings
         own, objective, upper = self.priced(costs)
@@ -511,8 +536,11 @@ class Formulation:
                  "%s (%s), %d cycle cuts in %d re-solves, in %.3f s", n if costs is None else int(upper[:n].sum()),
                  len(self.lower) + len(cuts), m, len(picked), total, boundary_s,
                  "optimal" if optimal else "not proven optimal", result.how, len(cuts), resolves, seconds)
-        return Selection(picked, total, min(bound, total), seconds, optimal, boundary_s, len(cuts), resolves,
-                         result.how)
+        selection = Selection(picked, total, min(bound, total), seconds, optimal, boundary_s, len(cuts), resolves,
+                              result.how)
+        if tally is not None:
+            tally.add(selection)
+        return selection
 
     def _chosen(self, columns: Sequence[int], own: np.ndarray,
                 costs: Mapping[str, float] | None) -> tuple[Option, ...]:
@@ -575,7 +603,8 @@ class _WarmLP:
 
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
           required: Iterable[int] = (), time_limit: float = DEFAULT_TIME_LIMIT_S,
-          boundary: BoundaryCost | None = None, start: StartCost | None = None) -> Selection:
+          boundary: BoundaryCost | None = None, start: StartCost | None = None,
+          tally: SolveTally | None = None) -> Selection:
     """Pick the options of least total cost that compute `graph_outputs` from `graph_inputs`, in
     some order (cycle cuts, module doc).
 
@@ -583,13 +612,14 @@ def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs:
     cuts, which need `Option.nodes`. `time_limit` covers every solve, re-solves after cuts included.
     `boundary`: what a tensor costs crossing from a kernel of one engine to one of another (module
     doc); it needs `Option.engine`. `start`: what a kernel of an engine costs to start in a plan
-    (module doc). The selection's cost includes both, as its `boundary_s`.
+    (module doc). The selection's cost includes both, as its `boundary_s`. `tally`: where the solve
+    is counted (SolveTally).
     """
     began = time.perf_counter()
     problem = formulate(options, graph_inputs, graph_outputs, required, boundary, start)
     if problem is None:
         return Selection((), 0.0, 0.0, time.perf_counter() - began, True)
-    return problem.solve(time_limit=time_limit, began=began)
+    return problem.solve(time_limit=time_limit, began=began, tally=tally)
 
 
 def _crossing_cost(crossings: _Crossings, picked: set[int]) -> float:

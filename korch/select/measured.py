@@ -90,7 +90,7 @@ from korch.profile.link import StateProbe
 from korch.profile.timing import CacheSweep, Timing, measure, median_ratio_decided, paired_ratio, side_by_side
 from korch.runtime import Session, compile_plan
 from korch.runtime.session import compile_step
-from korch.select.blp import Option, Selection, SelectionError, solve
+from korch.select.blp import Option, Selection, SelectionError, SolveTally, solve
 from korch.select.coschedule import ScheduleStats, coschedule
 from korch.settings import OptimizeSettings, SelectionSettings
 from korch.verify import PlanCheck, PlanChecker, diff_outputs, random_feeds
@@ -322,7 +322,7 @@ class _Context:
                  source: OnnxSource | None, settings: OptimizeSettings, machine: str,
                  boundaries: BoundaryModel | Boundaries, checker: PlanChecker | None,
                  store: tuple[Path, str] | None = None, whole_states: Mapping[str, str | None] | None = None,
-                 links: StateProbe | None = None) -> None:
+                 links: StateProbe | None = None, tally: SolveTally | None = None) -> None:
         from korch import __version__
 
         self.graph, self.steps, self.source, self.settings = graph, steps, source, settings
@@ -332,6 +332,7 @@ class _Context:
         # backend -> the machine's state while its whole model was profiled (ProfileOutcome.whole_state)
         self.whole_states = dict(whole_states or {})
         self.links = links          # the core-link state of a look's timings (None: not read)
+        self.tally = tally          # where the BLP solves are counted (None: nowhere)
         self.machine, self.version = machine, __version__
         everything = frozenset(range(len(graph.nodes)))
         self.whole: dict[str, Option] = {}
@@ -575,7 +576,7 @@ class _Context:
         while True:
             selection = solve(options, self.graph.inputs, self.graph.outputs, required=range(len(self.graph.nodes)),
                               time_limit=self.settings.selection.solver_time_limit_s, boundary=self.boundary_cost,
-                              start=self.boundaries.start)
+                              start=self.boundaries.start, tally=self.tally)
             seconds += selection.seconds
             if bar is not None and selection.cost > bar:
                 break
@@ -626,7 +627,7 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
                        db: ProfileDB | None = None, boundaries: BoundaryModel | Boundaries | None = None,
                        checker: PlanChecker | None = None, weights: str | None = None,
                        whole_states: Mapping[str, str | None] | None = None,
-                       links: StateProbe | None = None) -> Selected:
+                       links: StateProbe | None = None, tally: SolveTally | None = None) -> Selected:
     """The fastest plan as measured, of those that pass `checker`: the best split plan or one engine's
     whole model (module doc). `boundaries`: the machine's calibrated boundary costs (None: boundaries
     cost nothing); Boundaries calibrates a backend when a split plan worth compiling first uses it
@@ -635,11 +636,12 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
     on the same weights is returned as it is, neither compiled, timed nor checked again. `whole_states`:
     backend -> the machine's state while its whole model was profiled in this run
     (ProfileOutcome.whole_state; None or absent: unknown), which decides `_second_look`s. `links`: reads
-    the core-link state a look's timings ran in (None: not read)."""
+    the core-link state a look's timings ran in (None: not read). `tally`: where the BLP solves are
+    counted."""
     ctx = _Context(graph, options, steps, source, settings, machine,
                    boundaries if boundaries is not None else BoundaryModel(), checker,
                    (db.path.parent, weights) if db is not None and weights is not None else None, whole_states,
-                   links)
+                   links, tally)
     problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:

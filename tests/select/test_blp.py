@@ -14,7 +14,7 @@ from korch.candidates import Candidate, CandidateLimits, enumerate_candidates
 from korch.ir.graph import Graph, GraphBuilder
 from korch.ir.types import DType, TensorType
 from korch.plan import PlanError, Step, order_steps
-from korch.select import Option, SelectionError, solve
+from korch.select import Option, Selection, SelectionError, SolveStats, SolveTally, solve
 
 
 def _feasible(chosen: list[Option], inputs: set[str], outputs: list[str]) -> bool:
@@ -163,6 +163,21 @@ def test_kernels_that_wait_on_each_other_are_cut_and_the_legal_optimum_found() -
     steps = [Step("onnxruntime", tuple(sorted(o.nodes)), tuple(o.inputs), tuple(o.outputs), o.key, o.cost)
              for o in sel.chosen]
     assert len(order_steps(steps, graph.inputs)) == 3
+
+
+def test_a_tally_counts_each_solve_once_with_its_re_solves_inside() -> None:
+    """A solve that needed cycle cuts counts once, its re-solves in its seconds; the slowest is the
+    largest of the solves, and a selection the solver did not prove optimal is counted apart."""
+    graph = _diamond()
+    options = [_option(c, _cheap_pairs(graph, c)) for c in enumerate_candidates(graph, CandidateLimits())]
+    tally = SolveTally()
+    cut = solve(options, graph.inputs, graph.outputs, required=range(len(graph.nodes)), tally=tally)
+    plain = solve(options, graph.inputs, graph.outputs, tally=tally)
+    assert cut.resolves >= 1 and tally.stats.solves == 2 and tally.stats.unproven == 0
+    assert tally.stats.seconds == pytest.approx(cut.seconds + plain.seconds)
+    assert tally.stats.slowest_s == max(cut.seconds, plain.seconds)
+    tally.add(Selection((), 1.0, 0.5, 9.0, False))
+    assert tally.stats == SolveStats(3, pytest.approx(cut.seconds + plain.seconds + 9.0), 9.0, 1)
 
 
 def test_independent_cycles_are_cut_in_one_round() -> None:
