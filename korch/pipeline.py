@@ -121,7 +121,10 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
     `original`. `verify` compares the primitive graph with onnxruntime within `accuracy.rtol`. `db`:
     where a passed check is remembered, so the same model is not checked again (rewrite_check_key)."""
     t0 = time.perf_counter()
-    model = load_model(resolve_model(source, cache_dir), input_shapes)
+    resolved = resolve_model(source, cache_dir)
+    model = load_model(resolved, input_shapes)
+    # the model's file, read by onnxruntime in the rewrite check as it is (not where shapes were fixed)
+    given = resolved if isinstance(resolved, (str, os.PathLike)) and not input_shapes else None
     original, rewrites = None, ()
     if rewrite:
         rewritten, rewrites = rewrite_model(model)
@@ -133,7 +136,7 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
         key = rewrite_check_key(original, accuracy, seed) if db is not None else None
         if key is not None and db.rewrites_passed(key):
             log.info("rewrites: passed their check on this model before")
-        elif rewrite_checked(original, model, random_feeds(fissioned.graph, seed), accuracy, strict):
+        elif rewrite_checked(original, model, random_feeds(fissioned.graph, seed), accuracy, strict, given):
             if key is not None:
                 db.put_rewrites_passed(key)
         else:
@@ -158,7 +161,8 @@ def rewrite_check_key(model: onnx.ModelProto, accuracy: AccuracyPolicy, seed: in
 
 
 def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-                    accuracy: AccuracyPolicy = AccuracyPolicy(), strict: bool = False) -> bool:
+                    accuracy: AccuracyPolicy = AccuracyPolicy(), strict: bool = False,
+                    given: str | os.PathLike | None = None) -> bool:
     """Whether onnxruntime's outputs of the rewritten model are those of the model as given, on `feeds`,
     under the accuracy policy that judges every plan (verify.judge_outputs): within `accuracy.rtol` of
     onnxruntime's outputs of the model, or else within what onnxruntime's own error earns against the
@@ -166,10 +170,12 @@ def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: M
     own judge). Rewrites that fail are dropped, with a warning; the plan is checked against the model
     as given in the end either way. A deep model needs the second test: yolov4 with its 3x3
     convolutions in Winograd's form is 1.4e-4 from onnxruntime, where onnxruntime itself is ~3e-4
-    from exact."""
+    from exact. `given`: the file `model` was read from, which onnxruntime then reads itself instead
+    of a serialized copy of `model` (yolov4: +691 MiB against +955, benchmarks/rewrite_check_memory.py)."""
     def exact() -> Mapping[str, np.ndarray]:
         return run_graph(fission_model(model, strict).graph, feeds)
-    checks = judge_outputs(0, onnxruntime_runner(rewritten)(feeds), onnxruntime_runner(model)(feeds), exact,
+    checks = judge_outputs(0, onnxruntime_runner(rewritten)(feeds),
+                           onnxruntime_runner(model if given is None else given)(feeds), exact,
                            accuracy.rtol, accuracy.tolerance)
     for check in checks:
         if not check.ok:

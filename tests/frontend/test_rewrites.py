@@ -575,6 +575,31 @@ def test_a_passed_rewrite_check_is_remembered_and_another_model_is_checked(tmp_p
     assert again.model.SerializeToString() == first.model.SerializeToString()
 
 
+def test_the_rewrite_check_runs_a_model_file_as_onnxruntime_reads_it(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model from a file is run by onnxruntime from that file in the rewrite check, not serialized
+    again from the loaded proto (benchmarks/rewrite_check_memory.py); the rewritten model, which
+    exists only in memory, is run as a proto. With shapes fixed at load, the proto is run."""
+    import korch.pipeline as pipeline
+
+    path = tmp_path / "conv3x3.onnx"
+    onnx.save(_conv3x3_model(), path)
+    given: list[object] = []
+    runner = pipeline.onnxruntime_runner
+
+    def spy(model, *a, **k):
+        given.append(model)
+        return runner(model, *a, **k)
+    monkeypatch.setattr(pipeline, "onnxruntime_runner", spy)
+    result = run_fission(path, rewrite=True)
+    assert len(result.rewrites) == 1 and result.original is not None
+    assert [type(m) for m in given] == [onnx.ModelProto, type(path)] and given[1] == path
+    given.clear()
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in _conv3x3_model().graph.input}
+    assert len(run_fission(path, shapes, rewrite=True).rewrites) == 1
+    assert [type(m) for m in given] == [onnx.ModelProto, onnx.ModelProto]
+
+
 def test_a_model_digest_changes_with_any_weight_byte_or_node_and_not_with_a_copy() -> None:
     """The rewrite check's key hashes the model without serializing its weights (onnx_import.model_digest):
     it must still tell apart models that differ in one weight's bytes, an attribute or an initializer's
