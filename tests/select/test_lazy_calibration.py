@@ -13,7 +13,7 @@ from korch.candidates import enumerate_candidates
 from korch.candidates.enumerate import CandidateLimits
 from korch.plan import Step
 from korch.profile.guided import candidate_option
-from korch.select.blp import solve
+from korch.select.blp import SolveTally, solve
 from korch.select.measured import _Context
 from tests.backends.graphs import conv_bias_relu
 
@@ -54,7 +54,7 @@ def _context(per_boundary: float):
     lazy = _Lazy(per_boundary)
     ctx = SimpleNamespace(graph=graph, steps=steps, boundaries=lazy,
                           settings=SimpleNamespace(selection=SimpleNamespace(solver_time_limit_s=30.0)),
-                          boundary_cost=lambda p, c, v: lazy.cost(p, c, None))
+                          boundary_cost=lambda p, c, v: lazy.cost(p, c, None), tally=SolveTally())
     return ctx, options
 
 
@@ -70,6 +70,7 @@ def test_a_plan_using_an_uncalibrated_backend_is_solved_again_at_its_calibrated_
     again = solve(options, ctx.graph.inputs, ctx.graph.outputs, required=range(len(ctx.graph.nodes)),
                   boundary=ctx.boundary_cost, start=ctx.boundaries.start)
     assert got.cost == pytest.approx(again.cost, rel=1e-9)   # the optimum at the calibrated costs
+    assert ctx.tally.stats.solves == 2 and got.seconds == pytest.approx(ctx.tally.stats.seconds)   # both counted
 
 
 def test_no_calibration_where_even_the_free_plan_is_beyond_the_bar() -> None:
