@@ -32,6 +32,14 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def report_after(step: str, before: float) -> None:
+    """Resident memory now and what it added over `before`, after a heap trim, and the peak."""
+    after = resident_mib()
+    release_freed_heap()
+    print(f"after {step}: resident {after:.0f} MiB (+{after - before:.0f}), trimmed {resident_mib():.0f} MiB, "
+          f"peak {peak_mib():.0f} MiB (+{peak_mib() - before:.0f} over the resident memory before it)", flush=True)
+
+
 def main() -> None:
     if len(sys.argv) != 4 or sys.argv[3] not in ("model", "file", "reference"):
         sys.exit(__doc__.split("\n\n")[1])
@@ -49,10 +57,7 @@ def main() -> None:
         run = onnxruntime_runner(load_model(resolved, None) if step == "model" else resolved)
         run(feeds)
         del run
-    after = resident_mib()
-    release_freed_heap()
-    print(f"after {step}: resident {after:.0f} MiB (+{after - before:.0f}), trimmed {resident_mib():.0f} MiB, "
-          f"peak {peak_mib():.0f} MiB", flush=True)
+    report_after(step, before)
 
 
 if __name__ == "__main__":

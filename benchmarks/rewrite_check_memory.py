@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 
-from check_memory import peak_mib, resident_mib
+from check_memory import peak_mib, report_after, resident_mib
 
 from korch.backends.reference import run_graph
 from korch.frontend import load_model
@@ -53,10 +53,7 @@ def main() -> None:
         onnxruntime_runner(original if part == "original-model" else resolved)(feeds)
     elif part == "exact":
         run_graph(fission_model(original).graph, feeds)
-    after = resident_mib()
-    release_freed_heap()
-    print(f"after {part}: resident {after:.0f} MiB (+{after - before:.0f}), trimmed {resident_mib():.0f} MiB, "
-          f"peak {peak_mib():.0f} MiB (+{peak_mib() - before:.0f} over the resident memory before it)", flush=True)
+    report_after(part, before)
 
 
 if __name__ == "__main__":
