@@ -65,7 +65,11 @@ optimum, else one more solve with delta = U - L proves it. Measured on the five 
 optimize (10,280 options, 764k nonzeros; benchmarks/blp_instances.py): HiGHS's MILP over every
 option took 2.7-7.0 s each, nearly all of it presolve and root heuristics over the whole matrix,
 with the optimum found at the root; this takes 0.8-1.9 s. The LP (0.5 s) is integral on three of
-the five; on the other two the MILP keeps 778 and 4,172 options.
+the five; on the other two the MILP keeps 778 and 4,172 options. A formulation solved again and again
+(guided profiling's SplitProblem) keeps that LP in HiGHS (_WarmLP, shared with its relaxations) and
+starts each solve from the last one's basis: on yolov4's guided problem (27,342 options, 132,571
+constraints; benchmarks/blp_warm.py), an integral LP's exact solve took 0.13-0.19 s instead of
+1.6-3.8 s from scratch. With cycle cuts the matrix differs, and the LP is built from scratch.
 """
 
 from __future__ import annotations
@@ -459,7 +463,7 @@ class Formulation:
             solved = self._lp.solve(objective, upper, time_limit)
         if solved is None:
             return None
-        x, value, duals = solved
+        x, value, duals = solved.x, solved.value, solved.row_dual
         chosen = x[:n].copy()
         if twins is not None:                 # an option is chosen as itself or as its discounted twin
             chosen[twins] += x[len(self.integrality):]
@@ -509,8 +513,9 @@ class Formulation:
         resolves = 0
         while True:
             remaining = time_limit - (time.perf_counter() - began)
+            # without cuts the LP is the relaxation's own, warm from the last solve at other costs
             result = _exact(objective, self.integrality, *_with_cuts(self.matrix, self.lower, cuts), upper,
-                            max(remaining, 0.0))
+                            max(remaining, 0.0), None if cuts else self._lp)
             chosen = [k for k in range(n) if result.x[k] > 0.5]
             stuck, ready = _stuck(options, chosen, free)
             if not stuck:
@@ -577,10 +582,9 @@ class _WarmLP:
         self._columns = np.arange(n, dtype=np.int32)
         self._statuses = highspy.HighsModelStatus
 
-    def solve(self, cost: np.ndarray, upper: np.ndarray, time_limit: float
-              ) -> tuple[np.ndarray, float, np.ndarray] | None:
-        """The optimum's x, value and row duals; None if not solved (time limit, numerical trouble).
-        Raises SelectionError if nothing is feasible."""
+    def solve(self, cost: np.ndarray, upper: np.ndarray, time_limit: float) -> _LPOptimum | None:
+        """The optimum; None if not solved (time limit, numerical trouble). Raises SelectionError if
+        nothing is feasible."""
         highs, n, columns = self._highs, len(self._columns), self._columns
         highs.changeColsCost(n, columns, cost)
         highs.changeColsBounds(n, columns, np.zeros(n), upper)
@@ -597,8 +601,16 @@ class _WarmLP:
             log.info("BLP: the LP relaxation was not solved (%s)", highs.modelStatusToString(status))
             return None
         solution = highs.getSolution()
-        return (np.asarray(solution.col_value), float(highs.getInfo().objective_function_value),
-                np.asarray(solution.row_dual))
+        return _LPOptimum(np.asarray(solution.col_value), float(highs.getInfo().objective_function_value),
+                          np.asarray(solution.row_dual), np.asarray(solution.col_dual))
+
+
+@dataclass(frozen=True)
+class _LPOptimum:
+    x: np.ndarray
+    value: float
+    row_dual: np.ndarray
+    col_dual: np.ndarray          # reduced costs: >= 0 at a column's lower bound, <= 0 at its upper
 
 
 def solve(options: Sequence[Option], graph_inputs: Iterable[str], graph_outputs: Iterable[str],
@@ -642,27 +654,23 @@ _RC_SLACK = 1e-6
 
 
 def _exact(cost: np.ndarray, integrality: np.ndarray, matrix: sparse.csr_array, lower: np.ndarray,
-           upper: np.ndarray, time_limit: float) -> _Solved:
+           upper: np.ndarray, time_limit: float, warm: _WarmLP | None = None) -> _Solved:
     """min cost.x subject to matrix x >= lower, 0 <= x <= upper, integral where `integrality` says: the
     LP relaxation, then the MILP over the options reduced-cost fixing leaves (module doc, "Solving").
+    `warm`: the same LP kept by HiGHS (_WarmLP), solved from its last basis instead of from scratch.
     Raises if there is no feasible choice."""
-    from scipy.optimize import linprog
-
     start = time.perf_counter()
-    lp = linprog(cost, A_ub=-matrix, b_ub=-lower, bounds=_bounds(upper), method="highs-ds",
-                 options={"time_limit": time_limit})
-    if lp.status == 2:
-        raise SelectionError(f"the solver found no feasible selection: {lp.message}")
-    if lp.status != 0 or lp.x is None:        # time limit or numerical trouble: HiGHS's MILP on everything
+    lp = _lp_optimum(cost, matrix, lower, upper, time_limit, warm)
+    if isinstance(lp, str):                   # time limit or numerical trouble: HiGHS's MILP on everything
         result = _milp(cost, integrality, matrix, lower, upper, time_limit - (time.perf_counter() - start))
-        return _Solved(result.x, _dual(result), result.status == 0, f"LP relaxation: {lp.message}; MILP")
+        return _Solved(result.x, _dual(result), result.status == 0, f"LP relaxation: {lp}; MILP")
     binary = integrality > 0
     open_ = upper > 0                         # an option left out (upper bound 0) is never kept
     x = lp.x
-    bound = float(lp.fun)
+    bound = lp.value
     if np.all(np.abs(x[binary] - np.round(x[binary])) <= _INTEGRAL):
         return _Solved(np.where(binary, np.round(x), x), bound, True, "the LP relaxation is integral")
-    reduced = np.asarray(lp.lower.marginals)
+    reduced = np.maximum(lp.col_dual, 0.0)    # what raising a column off its lower bound costs
     slack = _RC_SLACK * max(1.0, abs(bound))
     delta = 0.0
     while True:
@@ -685,6 +693,27 @@ def _exact(cost: np.ndarray, integrality: np.ndarray, matrix: sparse.csr_array, 
         if np.all(reduced[~keep & open_] > value - bound):
             return _Solved(full, min(value, max(bound, _dual(result))), True, how)
         delta = value - bound
+
+
+def _lp_optimum(cost: np.ndarray, matrix: sparse.csr_array, lower: np.ndarray, upper: np.ndarray,
+                time_limit: float, warm: _WarmLP | None) -> _LPOptimum | str:
+    """The LP relaxation's optimum, or why there is none (a time limit, numerical trouble). Raises if it
+    is infeasible. `warm`: the formulation's own LP, started from the last solve's basis (a relaxation
+    at the same costs, in a guided round) instead of built and solved from scratch."""
+    if warm is not None:
+        solved = warm.solve(cost, upper, time_limit)
+        return "not solved in the warm LP" if solved is None else solved
+    from scipy.optimize import linprog
+
+    lp = linprog(cost, A_ub=-matrix, b_ub=-lower, bounds=_bounds(upper), method="highs-ds",
+                 options={"time_limit": time_limit})
+    if lp.status == 2:
+        raise SelectionError(f"the solver found no feasible selection: {lp.message}")
+    if lp.status != 0 or lp.x is None:
+        return lp.message
+    # (A_ub is -matrix: the rows' duals are the negated marginals)
+    return _LPOptimum(np.asarray(lp.x), float(lp.fun), -np.asarray(lp.ineqlin.marginals),
+                      np.asarray(lp.lower.marginals))
 
 
 def _bounds(upper: np.ndarray) -> np.ndarray:

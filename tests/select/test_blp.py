@@ -316,6 +316,45 @@ def test_a_formulation_priced_again_solves_as_a_fresh_problem() -> None:
     assert fixed > 0
 
 
+def test_the_exact_solve_starts_from_the_formulations_warm_lp_and_finds_what_the_lp_from_scratch_finds(
+        monkeypatch) -> None:
+    """Formulation.solve's LP (no cycle cuts yet) is the formulation's own HiGHS LP, warm from the
+    last solve at other costs, not one built from scratch per solve; on random graphs, priced again
+    and again, it reaches the optimum the LP from scratch (scipy's linprog) reaches, through
+    reduced-cost fixing too."""
+    from korch.select import blp
+    from korch.select.blp import formulate
+
+    calls = []
+    real = blp._WarmLP.solve
+
+    def counted(self, cost, upper, time_limit):
+        calls.append(len(cost))
+        return real(self, cost, upper, time_limit)
+
+    monkeypatch.setattr(blp._WarmLP, "solve", counted)
+    fixed = 0
+    for seed in range(20):
+        rng = np.random.default_rng(100 + seed)
+        graph = _random_graph(rng, 6)
+        options = [Option(f"{e}{list(c.nodes)}", frozenset(c.inputs), frozenset(c.outputs), 0.0, frozenset(c.nodes), e)
+                   for c in enumerate_candidates(graph, CandidateLimits()) for e in "ab"]
+        problem = formulate(options, graph.inputs, graph.outputs, range(len(graph.nodes)),
+                            lambda p, c, v: 0.05 if p == c else 0.4, None)
+        for _ in range(3):
+            costs = {o.key: float(rng.uniform(0.3, 1.0) * len(o.nodes) ** rng.uniform(0.3, 1.0)) for o in options
+                     if len(o.nodes) == 1 or rng.random() < 0.6}
+            before = len(calls)
+            got = problem.solve(costs)
+            if got.cycle_cuts == 0:
+                assert len(calls) == before + 1, seed          # the warm LP, once
+            _, objective, upper = problem.priced(costs)
+            cold = blp._exact(objective, problem.integrality, problem.matrix, problem.lower, upper, 60.0, None)
+            assert cold.optimal
+            assert got.cost * blp.COST_SCALE == pytest.approx(float(objective @ cold.x)), seed
+            fixed += "reduced-cost fixing" in got.proof
+    assert fixed > 0
+
 def test_a_formulation_priced_without_any_producer_of_an_output_is_infeasible() -> None:
     """Leaving out every option that makes an output is no plan: both the relaxation and the exact
     solve say so, and the formulation still solves at costs that allow one afterwards."""
