@@ -442,14 +442,15 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         peaks["profile"] = peak_rss_mib()
         profiled = profile_last(graph, {n: inductor_regions(cands, settings) for n in last}, cands.small, profiled,
                                 first, db, settings, machine, onnx_source, boundary, progress, keep, boundaries.start,
-                                reference, None if settings.whole_models else boundaries.ensure, solves)
+                                reference, None if settings.whole_models else boundaries.ensure_by_stages, solves)
     profile_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
     peaks["profile last"] = peak_rss_mib()
-    # A backend whose fused kernels a cold run's rounds measured was calibrated then; a warm run, its
-    # profiling remembered, calibrates it here, so both price the split kernels' refills net of the
-    # same starts (Refills) and key the same selection problem.
+    # A backend whose small kernels a cold run's rounds measured had its start calibrated then; a warm
+    # run, its profiling remembered, reads it back here (with its pairs, where those were calibrated),
+    # so both price the split kernels' refills net of the same starts (Refills) and key the same
+    # selection problem. Its pairs wait for a split plan that wants its kernels (measured selection).
     if not settings.whole_models:
-        boundaries.ensure(small_kernel_backends(cands, profiled))
+        boundaries.ensure_starts(small_kernel_backends(cands, profiled))
     refills = load_refills(graph, profiled.kernels_of(cands.all, settings.backends), db, settings, machine,
                            boundaries.start)
     options, steps = build_options(graph, cands, profiled, settings, refills)

@@ -376,7 +376,14 @@ class Boundaries:
     korch/select/measured.py before a split plan is compiled). On the AMD host Inductor's pairs
     were 16 of the 22 s a new machine's calibration took (its 25 chain kernels compiled, its first
     compile in the process among them; benchmarks/calibration_time.py), and no zoo plan there has an
-    Inductor split kernel."""
+    Inductor split kernel.
+
+    `ensure_starts(engines)` measures only each engine's kernel start (one kernel of the engine
+    compiled), its pairs still free: a lower bound still (a crossing costs at least nothing), and
+    a tighter one, since every kernel of the engine pays its start. `ensure_by_stages` takes that
+    step first and the pairs only when a solve at the starts still wants the engine's kernels:
+    Inductor's fused candidates at their floors are often ruled out by their starts alone
+    (profile/guided.py profile_last)."""
 
     def __init__(self, db, threads: int, machine: str, settings: CalibrationSettings = CalibrationSettings(),
                  cold_cache: bool = False, progress: Callable[[int, int, str], None] | None = None) -> None:
@@ -414,6 +421,63 @@ class Boundaries:
         finally:
             self.seconds += time.perf_counter() - t0
         return True
+
+    def ensure_starts(self, engines: Iterable[str]) -> bool:
+        """Each engine's kernel start, measured if not stored; its pairs stay free unless all of them
+        are stored too (then it is calibrated, as by `ensure`). True if that changed the costs."""
+        new = sorted(e for e in set(engines) - set(self.engines) if (e, e, KERNEL_START) not in self.lines)
+        if not new:
+            return False
+        t0 = time.perf_counter()
+        try:
+            whole = []
+            for e in new:
+                stored = self._stored_with(e)
+                if stored is not None:
+                    self.lines.update(stored)
+                    whole.append(e)
+            if whole:
+                self.engines = tuple(sorted({*self.engines, *whole}))
+            missing = [e for e in new if e not in whole]
+            for e in missing:
+                if (line := _stored_lines(self._db, self._machine, self._threads, e, e, self._cold_cache
+                                          ).get((e, e, KERNEL_START))) is not None:
+                    self.lines[(e, e, KERNEL_START)] = line
+            missing = [e for e in missing if (e, e, KERNEL_START) not in self.lines]
+            if missing:
+                log.info("calibrating the kernel start of %s at %d threads (once per machine; its boundaries "
+                         "with other engines when a plan still wants its kernels)", ", ".join(missing), self._threads)
+                measured, _ = calibrate(missing, self._threads, self._settings, cold_cache=self._cold_cache,
+                                        progress=self._progress, pairs=(), starts=missing)
+                for (e, _, kind), line in measured.lines.items():
+                    self._db.put_boundaries(self._machine, self._threads, versions({e}, self._cold_cache),
+                                            {(e, e, kind): line})
+                self.lines.update(measured.lines)
+        finally:
+            self.seconds += time.perf_counter() - t0
+        return True
+
+    def ensure_by_stages(self, engines: Iterable[str]) -> bool:
+        """`ensure_starts` where an engine has no start yet, else `ensure` (module doc). True if that
+        changed the costs: a solve that chose the engines' kernels is then solved again."""
+        engines = sorted(set(engines))
+        return self.ensure_starts(engines) or self.ensure(engines)
+
+    def _stored_with(self, engine: str) -> dict[tuple[str, str, str], Line] | None:
+        """Every line of `engine` with the engines calibrated so far and itself, start included, if all
+        are stored; else None."""
+        lines: dict[tuple[str, str, str], Line] = {}
+        for p, c in (tuple(sorted((engine, other))) for other in {*self.engines, engine}):
+            stored = _stored_lines(self._db, self._machine, self._threads, p, c, self._cold_cache)
+            got = {k: v for k, v in stored.items() if k[2] in LAYOUTS}
+            if len(got) != len(LAYOUTS):
+                return None
+            lines.update(got)
+        start = _stored_lines(self._db, self._machine, self._threads, engine, engine, self._cold_cache)
+        if (engine, engine, KERNEL_START) not in start:
+            return None
+        lines[(engine, engine, KERNEL_START)] = start[(engine, engine, KERNEL_START)]
+        return lines
 
     def _ensure(self, new: Sequence[str]) -> None:
         everyone = sorted({*self.engines, *new})

@@ -394,10 +394,11 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     for itself: its floor is the best time measured for it, so it could at most tie. A finished
     problem is remembered, so a warm run measures nothing.
 
-    `calibrate(backends)` (Boundaries.ensure): these backends' boundary costs, measured when first
-    needed. Until then the rounds solve with their boundaries free, a lower bound that can only make
-    a round choose more of their kernels, and a round that would measure one calibrates first and
-    solves again (solve_until_stable). Where no round would measure one, they are not calibrated
+    `calibrate(backends)` (Boundaries.ensure_by_stages): these backends' boundary costs, measured when
+    first needed: their kernel starts first, their pairs once a round at the starts still would
+    measure one. Until then the rounds solve with their boundaries free, a lower bound that can only
+    make a round choose more of their kernels, and a round that would measure one calibrates first
+    and solves again (solve_until_stable). Where no round would measure one, they are not calibrated
     here (measured selection may still: korch/select/measured.py). `tally`: where the BLP solves are
     counted.
     """

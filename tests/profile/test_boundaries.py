@@ -112,6 +112,41 @@ def test_an_engine_is_calibrated_when_first_ensured_with_only_its_own_pairs_and_
         assert stored_model(db, ["onnxruntime"], 2, "m1").lines == {}
 
 
+def test_calibration_by_stages_measures_an_engines_start_first_and_its_pairs_only_when_asked_again(tmp_path) -> None:
+    """ensure_by_stages: the first call for an engine measures its kernel start alone (its pairs
+    still free, so not `calibrated`); the next measures its pairs and not the start again; a later
+    optimize's ensure_starts reads back all of it, the pairs included, and measures nothing. One
+    whose pairs were never measured reads back its start alone."""
+    four_d = TensorType((1, 32, 8, 8), DType.FLOAT32)
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        asked: list[str] = []
+        b = Boundaries(db, 1, "m1", TINY, progress=lambda done, total, what: asked.append(what))
+        assert b.ensure(["onnxruntime"])
+        asked.clear()
+        assert b.ensure_by_stages(["reference"])
+        assert asked == ["boundary start reference"]
+        assert b.start("reference") == max(0.0, b.lines[("reference", "reference", KERNEL_START)].fixed_s)
+        assert not b.calibrated("reference") and b.cost("onnxruntime", "reference", four_d) == 0.0
+        assert not b.ensure_starts(["reference"])                # its start is there already
+        asked.clear()
+        assert b.ensure_by_stages(["reference"]) and b.calibrated("reference")
+        assert sorted(set(asked)) == ["boundary onnxruntime->reference", "boundary reference->reference"]
+        assert not b.ensure_by_stages(["reference"])
+
+        asked.clear()
+        again = Boundaries(db, 1, "m1", TINY, progress=lambda done, total, what: asked.append(what))
+        assert again.ensure(["onnxruntime"]) and again.ensure_starts(["reference"])
+        assert asked == [] and again.calibrated("reference") and again.lines == b.lines
+
+    with ProfileDB(tmp_path / "other.sqlite") as db:
+        first = Boundaries(db, 1, "m1", TINY)
+        assert first.ensure(["onnxruntime"]) and first.ensure_starts(["reference"])
+        asked.clear()
+        later = Boundaries(db, 1, "m1", TINY, progress=lambda done, total, what: asked.append(what))
+        assert later.ensure(["onnxruntime"]) and later.ensure_starts(["reference"])
+        assert asked == [] and not later.calibrated("reference") and later.lines == first.lines
+
+
 def test_chains_of_one_layout_and_side_compile_each_block_once_and_its_kernel_computes_that_block() -> None:
     import numpy as np
 
