@@ -13,7 +13,8 @@ random `--priced` of them plus every one-primitive option (a round over measured
 left out). Each pricing is solved exactly twice, side by side: with the LP from scratch (scipy's
 linprog, the solve before) and warm (the formulation's HiGHS LP, from the last solve's basis: what
 Formulation.solve now does), in alternating order. A relaxation at the same costs runs before each
-pair, as the guided loop relaxes before it solves exactly. Printed: seconds of each, and whether both
+pair, as the guided loop relaxes before it solves exactly (`--no-relax`: none, so the warm LP starts
+from the last pricing's optimum, as after a budgeted relaxation, whose LP is another). Printed: seconds of each, and whether both
 found the same cost. Nothing is written.
 """
 
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--priced", type=int, default=1500, help="options priced in a round over measured kernels")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-limit", type=float, default=blp.DEFAULT_TIME_LIMIT_S, help="per exact solve, seconds")
+    p.add_argument("--no-relax", action="store_true",
+                   help="no relaxation at a pricing's costs before its exact solves: the warm LP starts from "
+                        "the last pricing's optimum (a guided round whose relaxation was budgeted, or a confirm)")
     args = p.parse_args(argv)
 
     settings = OptimizeSettings(threads=args.threads, backends=default_backends())
@@ -82,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         chosen = pairs if k % 2 == 0 else set(rng.sample(sorted(pairs), min(args.priced, len(pairs)))) | singles
         costs = {pair: KERNEL_S + sum(alone[n] for n in pairs[pair]) * rng.uniform(0.7, 1.1) for pair in chosen}
         t0 = time.perf_counter()
-        problem.relax(costs, {}, {})
+        if not args.no_relax:
+            problem.relax(costs, {}, {})
         relax_s = time.perf_counter() - t0
         own, objective, upper = f.priced(problem.prices(costs, {}, {}))
         results = {}
