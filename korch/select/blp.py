@@ -68,8 +68,9 @@ with the optimum found at the root; this takes 0.8-1.9 s. The LP (0.5 s) is inte
 the five; on the other two the MILP keeps 778 and 4,172 options. A formulation solved again and again
 (guided profiling's SplitProblem) keeps that LP in HiGHS (_WarmLP, shared with its relaxations) and
 starts each solve from the last one's basis: on yolov4's guided problem (27,342 options, 132,571
-constraints; benchmarks/blp_warm.py), an integral LP's exact solve took 0.13-0.19 s instead of
-1.6-3.8 s from scratch. With cycle cuts the matrix differs, and the LP is built from scratch.
+constraints; benchmarks/blp_warm.py, BENCHMARKS.md), an integral LP's exact solve took 0.13-0.15 s
+instead of 1.51-1.90 s from scratch, after a relaxation at the same costs (as a guided round runs
+one). With cycle cuts the matrix differs, and the LP is built from scratch.
 """
 
 from __future__ import annotations
