@@ -412,50 +412,13 @@ class Boundaries:
     def ensure(self, engines: Iterable[str]) -> bool:
         """Calibrate `engines` beside those ensured before (module doc): True if that changed the costs
         (an engine new to this optimize), False if all were ensured already."""
-        new = sorted(set(engines) - set(self.engines))
-        if not new:
-            return False
-        t0 = time.perf_counter()
-        try:
-            self._ensure(new)
-        finally:
-            self.seconds += time.perf_counter() - t0
-        return True
+        return self._ensure_timed(sorted(set(engines) - set(self.engines)), with_pairs=True)
 
     def ensure_starts(self, engines: Iterable[str]) -> bool:
         """Each engine's kernel start, measured if not stored; its pairs stay free unless all of them
         are stored too (then it is calibrated, as by `ensure`). True if that changed the costs."""
         new = sorted(e for e in set(engines) - set(self.engines) if (e, e, KERNEL_START) not in self.lines)
-        if not new:
-            return False
-        t0 = time.perf_counter()
-        try:
-            whole = []
-            for e in new:
-                stored = self._stored_with(e)
-                if stored is not None:
-                    self.lines.update(stored)
-                    whole.append(e)
-            if whole:
-                self.engines = tuple(sorted({*self.engines, *whole}))
-            missing = [e for e in new if e not in whole]
-            for e in missing:
-                if (line := _stored_lines(self._db, self._machine, self._threads, e, e, self._cold_cache
-                                          ).get((e, e, KERNEL_START))) is not None:
-                    self.lines[(e, e, KERNEL_START)] = line
-            missing = [e for e in missing if (e, e, KERNEL_START) not in self.lines]
-            if missing:
-                log.info("calibrating the kernel start of %s at %d threads (once per machine; its boundaries "
-                         "with other engines when a plan still wants its kernels)", ", ".join(missing), self._threads)
-                measured, _ = calibrate(missing, self._threads, self._settings, cold_cache=self._cold_cache,
-                                        progress=self._progress, pairs=(), starts=missing)
-                for (e, _, kind), line in measured.lines.items():
-                    self._db.put_boundaries(self._machine, self._threads, versions({e}, self._cold_cache),
-                                            {(e, e, kind): line})
-                self.lines.update(measured.lines)
-        finally:
-            self.seconds += time.perf_counter() - t0
-        return True
+        return self._ensure_timed(new, with_pairs=False)
 
     def ensure_by_stages(self, engines: Iterable[str]) -> bool:
         """`ensure_starts` where an engine has no start yet, else `ensure` (module doc). True if that
@@ -463,23 +426,20 @@ class Boundaries:
         engines = sorted(set(engines))
         return self.ensure_starts(engines) or self.ensure(engines)
 
-    def _stored_with(self, engine: str) -> dict[tuple[str, str, str], Line] | None:
-        """Every line of `engine` with the engines calibrated so far and itself, start included, if all
-        are stored; else None."""
-        lines: dict[tuple[str, str, str], Line] = {}
-        for p, c in (tuple(sorted((engine, other))) for other in {*self.engines, engine}):
-            stored = _stored_lines(self._db, self._machine, self._threads, p, c, self._cold_cache)
-            got = {k: v for k, v in stored.items() if k[2] in LAYOUTS}
-            if len(got) != len(LAYOUTS):
-                return None
-            lines.update(got)
-        start = _stored_lines(self._db, self._machine, self._threads, engine, engine, self._cold_cache)
-        if (engine, engine, KERNEL_START) not in start:
-            return None
-        lines[(engine, engine, KERNEL_START)] = start[(engine, engine, KERNEL_START)]
-        return lines
+    def _ensure_timed(self, new: Sequence[str], with_pairs: bool) -> bool:
+        if not new:
+            return False
+        t0 = time.perf_counter()
+        try:
+            self._ensure(new, with_pairs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+        return True
 
-    def _ensure(self, new: Sequence[str]) -> None:
+    def _ensure(self, new: Sequence[str], with_pairs: bool) -> None:
+        """Read back what is stored of the `new` engines' starts and pairs (with each other and those
+        ensured so far), and measure what is missing: the starts, and the pairs too if `with_pairs`.
+        An engine is calibrated once all its pairs are known."""
         everyone = sorted({*self.engines, *new})
         pairs = [(p, c) for p, c in itertools.combinations_with_replacement(everyone, 2) if p in new or c in new]
         missing_pairs, missing_starts = [], []
@@ -496,12 +456,21 @@ class Boundaries:
                 self.lines[(e, e, KERNEL_START)] = line
             else:
                 missing_starts.append(e)
+        if with_pairs:
+            calibrated = everyone
+        else:                         # the starts alone: an engine whose pairs are all stored is calibrated
+            calibrated = sorted({*self.engines, *(e for e in new if not any(e in pair for pair in missing_pairs))})
+            missing_pairs = []
         if not missing_pairs and not missing_starts:
-            self.engines = tuple(everyone)
+            self.engines = tuple(calibrated)
             return
         others = sorted(set(everyone) - set(new))
-        log.info("calibrating kernel-boundary costs of %s%s at %d threads (once per machine)", ", ".join(new),
-                 f" (with {', '.join(others)})" if others else "", self._threads)
+        if with_pairs:
+            log.info("calibrating kernel-boundary costs of %s%s at %d threads (once per machine)", ", ".join(new),
+                     f" (with {', '.join(others)})" if others else "", self._threads)
+        else:
+            log.info("calibrating the kernel start of %s at %d threads (once per machine; its boundaries with "
+                     "other engines when a plan still wants its kernels)", ", ".join(missing_starts), self._threads)
         t0 = time.perf_counter()
         measured, _ = calibrate(everyone, self._threads, self._settings, cold_cache=self._cold_cache,
                                 progress=self._progress, pairs=missing_pairs, starts=missing_starts)
@@ -511,7 +480,7 @@ class Boundaries:
         for key, lines in by_key.items():
             self._db.put_boundaries(self._machine, self._threads, key, lines)
         self.lines.update(measured.lines)
-        self.engines = tuple(everyone)
+        self.engines = tuple(calibrated)
         log.info("boundary calibration took %.0f s", time.perf_counter() - t0)
 
 
