@@ -643,8 +643,8 @@ def test_accuracy_policy_follows_the_fp32_floor() -> None:
     assert policy.tolerance(0.0) == policy.rtol
 
 
-def _whole_model_profiled_slow(monkeypatch: pytest.MonkeyPatch, backend: str | None) -> None:
-    """Profiles of `backend`'s whole-model kernel (every backend's: None) read 100x their time."""
+def _whole_model_profiled_slow(monkeypatch: pytest.MonkeyPatch, backend: str | None, factor: float = 100.0) -> None:
+    """Profiles of `backend`'s whole-model kernel (every backend's: None) read `factor` x their time."""
     import korch.profile.profiler as profiler
 
     measure_one = profiler._measure_one
@@ -653,7 +653,8 @@ def _whole_model_profiled_slow(monkeypatch: pytest.MonkeyPatch, backend: str | N
         record = measure_one(graph, job, *args)
         if (backend in (None, job.backend) and len(job.candidate.nodes) == len(graph.nodes)
                 and record.median_s is not None):
-            record = replace(record, median_s=record.median_s * 100, p10_s=record.p10_s * 100, p90_s=record.p90_s * 100)
+            record = replace(record, median_s=record.median_s * factor, p10_s=record.p10_s * factor,
+                             p90_s=record.p90_s * factor)
         return record
 
     monkeypatch.setattr(profiler, "_measure_one", slow)
@@ -775,13 +776,15 @@ def test_a_whole_model_profiled_in_a_slow_spell_is_timed_again_and_meets_the_cha
 
 def test_a_whole_model_profiled_at_the_machines_speed_in_one_state_gets_no_second_look(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """onnxruntime's whole model profiles 100x OpenVINO's while the speed watch reads the machine at its
+    """onnxruntime's whole model profiles 1e4x its time while the speed watch reads the machine at its
     speed, on one thread (no core link to cross): the two profiles compare as they are, so it is
-    neither compiled again nor timed beside the champion, and the log says why."""
+    neither compiled again nor timed beside the champion, and the log says why. (At 100x, OpenVINO's
+    whole model once profiled at 35.4 ms under a loaded CI run, about 100x its time, and the two came
+    within `contender_factor`: the premise, one profile far beyond the other, did not hold.)"""
     pytest.importorskip("openvino")
     import logging
 
-    _whole_model_profiled_slow(monkeypatch, "onnxruntime")
+    _whole_model_profiled_slow(monkeypatch, "onnxruntime", factor=1e4)
     settings = OptimizeSettings(threads=1, backends=("onnxruntime", "openvino"), calibration=QUICK_CALIBRATION,
                                 # (any kernel is the sentinel: candy-mini's run under 0.3 ms; no reading is
                                 # slow, however loaded the machine running the tests)
