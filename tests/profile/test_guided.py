@@ -232,3 +232,49 @@ def test_a_whole_model_profiled_far_is_timed_again_once_and_keeps_the_faster_pro
             first, again = said[True][0]
             assert abs(whole_s * 1e3 - min(first, again)) < 0.01
     assert said[False] == []
+
+
+def test_a_whole_model_profiled_far_before_the_link_was_read_near_is_timed_again_after_the_rounds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The core link reads far until guided profiling first settles its whole models, near after (the
+    speed watch reads it beside every kernel): then onnxruntime's whole model, profiled far, looks
+    settled (nothing nearer read yet); after the rounds it is timed again, judged against the near
+    readings, and the faster of its two profiles is kept."""
+    import re
+    import sqlite3
+
+    import korch.profile.guided as guided
+    from korch.profile import link
+
+    near = [False]
+
+    def reader(*args, **kwargs):
+        return lambda: 50.0 if near[0] else 400.0
+
+    settle = guided._settle_wholes
+    settled: list[bool] = []
+
+    def settle_then_near(*args, **kwargs):
+        settled.append(near[0])
+        timed = settle(*args, **kwargs)
+        near[0] = True
+        return timed
+
+    monkeypatch.setattr(link, "reader", reader)
+    monkeypatch.setattr(guided, "_settle_wholes", settle_then_near)
+    settings = replace(SETTINGS, threads=2, profile=replace(QUICK_PROFILE, watch_interval_s=0.0,
+                                                            watch_sentinel_s=(0.0, 1.0)))
+    path = tmp_path / "p.sqlite"
+    with caplog.at_level("INFO", logger="korch.profile"), ProfileDB(path) as db:
+        plan, _, cold = optimize(zoo.to_model_proto("candy-mini"), db, settings)
+    assert settled == [False, True], settled      # before the rounds (all far), after them (near read)
+    said = [(float(a), float(b)) for a, b in re.findall(
+        r"onnxruntime: its whole model profiled at ([\d.]+) ms, but the core link was far during its timing "
+        r"\(400 / 400 ns, against 50 ns read in this run\): timed again at ([\d.]+) ms", caplog.text)]
+    assert len(said) == 1, caplog.text
+    assert cold.max_rel_error <= cold.check_tolerance
+    whole = next(c for c in region_candidates(plan.graph) if c.size == len(plan.graph.nodes))
+    with sqlite3.connect(path) as conn:
+        (whole_s,), = conn.execute("SELECT median_s FROM profiles WHERE backend = 'onnxruntime' "
+                                   "AND threads = 2 AND candidate_key = ?", (whole.key,)).fetchall()
+    assert abs(whole_s * 1e3 - min(said[0])) < 0.01
