@@ -1,7 +1,7 @@
 """Guided profiling's budgeted LP relaxations, round after round, on a zoo model's split-plan problem.
 
     python benchmarks/guided_relax.py MODEL --cache DIR [--threads 2] [--rounds 12] [--seed 0]
-        [--option NAME=VALUE ...]
+        [--option NAME=VALUE ...] [--plain]
 
 DIR is a profile cache in which MODEL was optimized (a zoo_bench work directory's profile-cache):
 its boundary calibration prices the crossings and the rewrites are applied, as in blp_warm.py. The
@@ -12,7 +12,9 @@ its optimistic cost is that times U[0.3, 0.6], its expected cost that times U[0.
 one-primitive kernels start measured. Each round relaxes with the budget of uncertainty the loop
 uses (ProfileSettings.guide_uncertainty) and "measures" every pending pair the relaxation leans on
 (its true cost replaces its optimistic one), as a round does. `--option NAME=VALUE` sets a HiGHS
-option on the budgeted LP (built first) (e.g. presolve=off, simplex_strategy=4).
+option on the budgeted LP (built first) (e.g. presolve=off, simplex_strategy=4). `--plain`: the
+relaxation without the budget, every pending pair at its optimistic cost (the formulation's own LP,
+which the exact solves start from too).
 
 Printed per round: the relaxation's seconds, HiGHS's own run time and simplex iterations, and the
 pairs it measured. Nothing is written.
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--option", action="append", default=[], help="a HiGHS option for the budgeted LP, NAME=VALUE")
+    p.add_argument("--plain", action="store_true", help="no budget of uncertainty: the formulation's own LP")
     args = p.parse_args(argv)
 
     settings = OptimizeSettings(threads=args.threads, backends=default_backends())
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     f = problem.formulation
     print(f"{args.model}: {len(f.options)} options, {f.matrix.shape[0]} constraints, {f.matrix.shape[1]} columns; "
-          f"formulated in {time.perf_counter() - t0:.2f} s; uncertainty {ps.guide_uncertainty}; "
+          f"formulated in {time.perf_counter() - t0:.2f} s; uncertainty {0 if args.plain else ps.guide_uncertainty}; "
           f"options {args.option or 'as korch sets them'}")
 
     rng = random.Random(args.seed)
@@ -94,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---:|---:|")
     # the budgeted LP, built as the first relaxation builds it, so that the options apply from the start
     keys = {key for key, pair in problem.pairs.items() if pair in pending}
-    _, lp = f._budgeted(ps.guide_uncertainty, keys)
+    budget = 0 if args.plain else ps.guide_uncertainty
+    lp = f._lp if args.plain else f._budgeted(budget, keys)[1]
     for opt in args.option:
         name, _, value = opt.partition("=")
         status = lp._highs.setOptionValue(name, _value(value))
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     run_before = 0.0
     for k in range(args.rounds):
         t0 = time.perf_counter()
-        relaxed = problem.relax(costs, pending, optimistic, expected, ps.guide_uncertainty)
+        relaxed = problem.relax(costs, pending, optimistic, expected, budget)
         took = time.perf_counter() - t0
         highs = lp._highs
         info = highs.getInfo()

@@ -570,7 +570,10 @@ class _WarmLP:
         self._highs = highs = highspy._Highs()
         highs.setOptionValue("output_flag", False)
         highs.setOptionValue("solver", "simplex")
-        highs.setOptionValue("simplex_strategy", 1)          # dual: a changed cost leaves the basis dual feasible
+        # The dual simplex (a changed cost leaves the basis dual feasible), in HiGHS's parallel variant
+        # (SIP), which takes the same pivots: yolov4's guided relaxations took 0.64-0.70x the time
+        # (benchmarks/guided_relax.py, BENCHMARKS.md), and its threads are idle once a solve returns.
+        highs.setOptionValue("simplex_strategy", 2)
         csc = matrix.tocsc()
         n = csc.shape[1]
         lp = highspy.HighsLp()
