@@ -36,6 +36,9 @@ T = TypeVar("T")
 # Far: a round trip at least this many times the nearest read in the same run (52-75 ns near against
 # 325-735 ns far on the host above).
 FAR_RATIO = 2.0
+# StateProbe.around's states besides "near" and "far": the host moved the vCPUs during the timing,
+# or the probe read nothing (a reading can fail, and a probe that never reads says so of every timing).
+MOVING, UNREAD = "moving", "unread"
 TRIPS, REPS = 2000, 3          # one reading: 3 x 2000 round trips, ~0.4 ms near and ~5 ms far
 
 SOURCE = r"""
@@ -127,12 +130,16 @@ class StateProbe:
     read: Callable[[], float | None]
     nearest: float | None = None
 
-    def around(self, timing: Callable[[], T]) -> tuple[T, str | None]:
-        """`timing()`'s result and the state it ran in (None: unread, or moving)."""
+    def around(self, timing: Callable[[], T]) -> tuple[T, str]:
+        """`timing()`'s result and the state it ran in: "near", "far", "moving" (the readings fell on
+        both sides) or "unread" (the probe read nothing, before or after)."""
         before = self.read()
         result = timing()
         after = self.read()
-        return result, state([x for x in (before, after) if x is not None], self.nearest)
+        readings = [x for x in (before, after) if x is not None]
+        if not readings:
+            return result, UNREAD
+        return result, state(readings, self.nearest) or MOVING
 
 
 def state_probe(tools: Path, threads: int, nearest: float | None = None) -> StateProbe | None:

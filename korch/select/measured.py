@@ -86,7 +86,7 @@ from korch.plan.store import stored_kernels
 from korch.profile.boundaries import Boundaries, BoundaryModel
 from korch.profile.database import ProfileDB, RememberedSelection
 from korch.profile.guided import profiled_last
-from korch.profile.link import StateProbe
+from korch.profile.link import MOVING, UNREAD, StateProbe
 from korch.profile.timing import CacheSweep, Timing, measure, median_ratio_decided, paired_ratio, side_by_side
 from korch.runtime import Session, compile_plan
 from korch.runtime.session import compile_step
@@ -129,7 +129,7 @@ class Duel:
     winner: str
     timed: bool = True                    # False: side-by-side comparison off, profiles decided
     ratio: float | None = None            # second over first, the median of the rounds' ratios
-    state: str | None = None              # the core-link state it ran in (link.StateProbe; None: unread or moving)
+    state: str | None = None              # the core-link state it ran in (link.StateProbe.around; None: no probe)
     tries: int = 1                        # side-by-side comparisons run (SelectionSettings.duel_link_retries)
 
     @property
@@ -354,7 +354,7 @@ class _Context:
         self._probe_tried = False
 
     def around(self, timing: Callable[[], T]) -> tuple[T, str | None]:
-        """`timing()`, and the core-link state it ran in (link.StateProbe; None: not read, or moving)."""
+        """`timing()`, and the core-link state it ran in (link.StateProbe.around; None: no probe)."""
         return (timing(), None) if self.links is None else self.links.around(timing)
 
     def stored(self, plan: Plan) -> Plan:
@@ -860,12 +860,12 @@ def _second_look(ctx: _Context, bar: float, champion: _Contender, other: _Conten
     seconds, state = ctx.around(lambda: ctx.time(other.session, repeats))
     reference, against = bar, f"beside {_who(champion.name)} at {_ms(bar)}"
     if state is not None or bar_state is not None:
-        against += f" (the core link {state or 'moving'} / {bar_state or 'moving'})"
+        against += f" (the core link {state} / {bar_state})"
     if state is not None and state != bar_state and champion.name != SPLIT and \
             ctx.whole_states.get(champion.name) == state:
         reference = champion.estimate_s
         against = (f"with the core link {state}, against {_who(champion.name)}'s profile in that state, "
-                   f"{_ms(reference)} (timed at {_ms(bar)} with the link {bar_state or 'moving'})")
+                   f"{_ms(reference)} (timed at {_ms(bar)} with the link {bar_state})")
     joins = seconds <= factor * reference
     log.info("%s, profiled at %s, timed again at %s %s: %s", _who(other.name),
              _ms(other.estimate_s), _ms(seconds), against,
@@ -937,11 +937,11 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
                                 decided=median_ratio_decided(a.name, b.name, s.duel_rounds, wins))
         timings, state = ctx.around(compare)
         tries = 1
-        # (only where profiling read the link: a probe that reads nothing says "moving" of every duel)
+        # (only where profiling read the link: a probe that reads nothing says "unread" of every duel)
         while ctx.links is not None and ctx.links.nearest is not None and state != "near" \
                 and tries <= s.duel_link_retries:
             log.info("side by side: %s against %s ran with the core link %s: comparing them again", _who(a.name),
-                     _who(b.name), state or "moving")
+                     _who(b.name), state)
             again, again_state = ctx.around(compare)
             tries += 1
             if _LINK_RANK[again_state] < _LINK_RANK[state]:
@@ -957,12 +957,12 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
                 state, tries)
 
 
-# Which of two side-by-side comparisons a verdict is taken from: near before moving (None) before far.
+# Which of two side-by-side comparisons a verdict is taken from: near before moving or unread before far.
 # A plan runs mostly with the link near (194 of 240 zoo bench rounds at 2 threads, BENCHMARKS.md,
 # 2026-12-05), and the far state slows engines unequally: yolox-nano's selection, run far, timed
 # OpenVINO's whole model 12.9 ms against onnxruntime's 15.5 (1.196x) and kept it; the bench timed
 # them 10.67 and 9.96 ms (BENCHMARKS.md, 2026-12-06).
-_LINK_RANK = {"near": 0, None: 1, "far": 2}
+_LINK_RANK = {"near": 0, MOVING: 1, UNREAD: 1, None: 1, "far": 2}
 
 
 def _compare(ctx: _Context, found: _Found) -> Selected:
@@ -1040,7 +1040,7 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         log.info("side by side: %s %s, %s %s%s%s; %s kept", _who(duel.first), _ms(duel.first_s),
                  _who(duel.second), _ms(duel.second_s),
                  f" (the second {duel.ratio:.3f}x the first round by round)" if duel.ratio is not None else "",
-                 f", the core link {duel.state or 'moving'}" if ctx.links is not None and duel.timed else "",
+                 f", the core link {duel.state}" if ctx.links is not None and duel.timed else "",
                  _who(duel.winner))
         loser, champion = (challenger, champion) if duel.winner == champion.name else (champion, challenger)
         if loser.name == SPLIT and split is not None:

@@ -100,10 +100,12 @@ def test_a_timings_state_is_one_state_around_it_judged_against_the_runs_nearest_
     assert link.state([55.0, 60.0]) == "near" and link.state([330.0, 340.0], nearest=52.0) == "far"
     assert link.state([330.0, 340.0]) == "near"           # alone, the nearest of them sets the floor
     assert link.state([55.0, 330.0]) is None and link.state([]) is None      # moved during it; unread
-    reads = iter([331.0, 52.0, 50.0, 53.0])
+    reads = iter([331.0, 52.0, 50.0, 53.0, None, 330.0, None, None])
     probe = link.StateProbe(lambda: next(reads), nearest=49.0)
-    assert probe.around(lambda: 7.0) == (7.0, None)       # read right before and right after the timing
+    assert probe.around(lambda: 7.0) == (7.0, "moving")   # read right before and right after the timing
     assert probe.around(lambda: 8.0) == (8.0, "near")
+    assert probe.around(lambda: 9.0) == (9.0, "far")      # one reading of the two: judged by it
+    assert probe.around(lambda: 6.0) == (6.0, "unread")   # none: not said to be moving
     unread = link.StateProbe(lambda: None)
-    assert unread.around(lambda: 1.0) == (1.0, None)
+    assert unread.around(lambda: 1.0) == (1.0, "unread")
     assert link.state_probe(Path("/nonexistent"), threads=1) is None         # one thread: no link to cross

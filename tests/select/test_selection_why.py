@@ -106,12 +106,14 @@ def test_a_whole_model_replaces_the_champion_whole_model_only_by_the_switch_marg
 @pytest.mark.parametrize(("states", "winner", "tries"), [
     (["far", "near"], "onnxruntime", 2),       # compared again, near: that verdict
     (["far", "far"], "openvino", 2),           # far both times: the first
-    ([None, "far"], "openvino", 2),            # moving, then far: the one with some rounds near
-    (["far", None], "onnxruntime", 2),
+    (["moving", "far"], "openvino", 2),        # moving, then far: the one with some rounds near
+    (["far", "moving"], "onnxruntime", 2),
+    (["unread", "far"], "openvino", 2),        # the probe read nothing: ranked as moving, not far
+    (["far", "unread"], "onnxruntime", 2),
     (["near"], "openvino", 1),                 # near at once: not again
 ])
 def test_a_duel_run_with_the_core_link_far_or_moving_is_run_again_and_the_nearest_kept(
-        states: list[str | None], winner: str, tries: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        states: list[str], winner: str, tries: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """yolox-nano at 2 threads: side by side with the link far, OpenVINO's whole model beat
     onnxruntime's by 1.196x; benched mostly near, it ran 0.93x onnxruntime's. A comparison that ran
     far or moving is run once more (SelectionSettings.duel_link_retries), and the verdict is the one
