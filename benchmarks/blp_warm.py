@@ -30,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from korch.api import default_backends  # noqa: E402
+from korch.candidates import Candidate  # noqa: E402
+from korch.ir.graph import Graph  # noqa: E402
 from korch.pipeline import candidate_universe, enumerate_all, profile_pools, run_fission  # noqa: E402
 from korch.profile.boundaries import boundary_model  # noqa: E402
 from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
@@ -38,6 +40,26 @@ from korch.select import blp  # noqa: E402
 from korch.settings import OptimizeSettings  # noqa: E402
 
 KERNEL_S = 5e-6          # each kernel's fixed cost in the random pricing (module doc)
+
+
+def guided_problem(model: str, cache: Path, threads: int) -> tuple[Graph, dict[str, list[Candidate]], SplitProblem]:
+    """MODEL's graph (the rewrites applied, as a cold optimize applies them), the guided backends' pools
+    and the split-plan problem guided profiling solves, priced at `cache`'s boundary calibration."""
+    settings = OptimizeSettings(threads=threads, backends=default_backends())
+    ps = settings.profile
+    with ProfileDB(cache / DB_FILENAME) as db:
+        graph = run_fission(model, None, cache_dir=cache, rewrite=True, db=db).graph
+        boundaries = boundary_model(db, settings.backends, threads, machine_fingerprint(), settings.calibration,
+                                    ps.cold_cache)
+    candidates = enumerate_all(graph, settings)
+    pools = profile_pools(graph, candidates, settings)
+    universe = candidate_universe(candidates, settings)
+    pools = {name: list(universe[name]) for name in pools if name in ps.guided_backends}
+
+    def boundary(producer: str, consumer: str, value: str) -> float:
+        return boundaries.cost(producer, consumer, graph.types[value])
+
+    return graph, pools, SplitProblem(graph, pools, boundary, boundaries.start)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,21 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                         "the last pricing's optimum (a guided round whose relaxation was budgeted, or a confirm)")
     args = p.parse_args(argv)
 
-    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
-    ps = settings.profile
-    with ProfileDB(args.cache / DB_FILENAME) as db:
-        graph = run_fission(args.model, None, cache_dir=args.cache, rewrite=True, db=db).graph
-        boundaries = boundary_model(db, settings.backends, args.threads, machine_fingerprint(), settings.calibration,
-                                    ps.cold_cache)
-    candidates = enumerate_all(graph, settings)
-    pools = profile_pools(graph, candidates, settings)
-    universe = candidate_universe(candidates, settings)
-    pools = {name: universe[name] for name in pools if name in ps.guided_backends}
-
-    def boundary(producer: str, consumer: str, value: str) -> float:
-        return boundaries.cost(producer, consumer, graph.types[value])
-
-    problem = SplitProblem(graph, pools, boundary, boundaries.start)
+    graph, pools, problem = guided_problem(args.model, args.cache, args.threads)
     t0 = time.perf_counter()
     f = problem.formulation
     print(f"{args.model}: {len(f.options)} options, {f.matrix.shape[0]} constraints, {f.matrix.shape[1]} columns; "

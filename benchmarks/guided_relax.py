@@ -4,7 +4,7 @@
         [--option NAME=VALUE ...] [--plain]
 
 DIR is a profile cache in which MODEL was optimized (a zoo_bench work directory's profile-cache):
-its boundary calibration prices the crossings and the rewrites are applied, as in blp_warm.py. The
+its boundary calibration prices the crossings and the rewrites are applied (blp_warm.guided_problem). The
 script builds the problem guided profiling solves (profile/guided.py SplitProblem over onnxruntime's
 and OpenVINO's candidates) and replays a guided loop's relaxations at random costs: each pair's true
 cost is 5 us plus its primitives' costs alone (each drawn once from U[2, 200] us) times U[0.7, 1.1];
@@ -31,11 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from korch.api import default_backends  # noqa: E402
-from korch.pipeline import candidate_universe, enumerate_all, profile_pools, run_fission  # noqa: E402
-from korch.profile.boundaries import boundary_model  # noqa: E402
-from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
-from korch.profile.guided import SplitProblem, _pending_in  # noqa: E402
+from blp_warm import guided_problem  # noqa: E402
+
+from korch.profile.guided import _pending_in  # noqa: E402
 from korch.settings import OptimizeSettings  # noqa: E402
 
 KERNEL_S = 5e-6
@@ -61,21 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plain", action="store_true", help="no budget of uncertainty: the formulation's own LP")
     args = p.parse_args(argv)
 
-    settings = OptimizeSettings(threads=args.threads, backends=default_backends())
-    ps = settings.profile
-    with ProfileDB(args.cache / DB_FILENAME) as db:
-        graph = run_fission(args.model, None, cache_dir=args.cache, rewrite=True, db=db).graph
-        boundaries = boundary_model(db, settings.backends, args.threads, machine_fingerprint(), settings.calibration,
-                                    ps.cold_cache)
-    candidates = enumerate_all(graph, settings)
-    pools = profile_pools(graph, candidates, settings)
-    universe = candidate_universe(candidates, settings)
-    pools = {name: universe[name] for name in pools if name in ps.guided_backends}
-
-    def boundary(producer: str, consumer: str, value: str) -> float:
-        return boundaries.cost(producer, consumer, graph.types[value])
-
-    problem = SplitProblem(graph, pools, boundary, boundaries.start)
+    ps = OptimizeSettings(threads=args.threads).profile
+    graph, pools, problem = guided_problem(args.model, args.cache, args.threads)
     t0 = time.perf_counter()
     f = problem.formulation
     print(f"{args.model}: {len(f.options)} options, {f.matrix.shape[0]} constraints, {f.matrix.shape[1]} columns; "
