@@ -208,7 +208,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         measure({name: [pending.pop(pair) for pair in pairs] for name, pairs in drawn.items() if pairs})
 
     small = [c for cs in first_pools.values() for c in cs if c.size != whole]
-    settled = set(_settle_wholes(outcome, pools, small, usable, whole, measure, ps, settings.threads))
+    settled = _settle_wholes(outcome, pools, small, usable, whole, measure, ps, settings.threads)
     scale = _whole_scale(graph, pools, models, usable, settings, db) if ps.guide_scale_by_whole else {}
     unscaled = {name: m for name, m in models.items() if name not in scale}
     sample = _calibration_sample(pending, unscaled, ps.guide_sample, settings.seed)
@@ -235,33 +235,29 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
         log.info("guided profiling: split kernels priced as they run in a plan%s: %s",
                  f" ({sampled} kernel(s) timed again after a sweep)" if sampled else "", refills.summary())
     split = SplitProblem(graph, pools, boundary, start, settings.selection.solver_time_limit_s, refills, tally)
-    def settle() -> float | None:
-        """The bar, after timing again each whole model the link read since shows was profiled far or
-        moving (a whole model profiled far before the run had read the link near looked settled before
-        the rounds: _unsettled; each is timed again at most once)."""
-        settled.update(_settle_wholes(got, pools, small, usable, whole, measure, ps, settings.threads, settled))
-        return _bar(pools, usable, whole, settings)
+    bar = _bar(pools, usable, whole, settings)
 
     def until_stable(max_rounds: int) -> tuple[int, bool]:
-        return solve_until_stable(split, usable, pending, optimistic, measure, max_rounds, ps.guide_batch,
+        return solve_until_stable(split, usable, pending, optimistic, measure, max_rounds, ps.guide_batch, bar=bar,
                                   exact_batch_size=ps.guide_batch_exact, expected=expected,
-                                  uncertainty=ps.guide_uncertainty, rebar=settle)
+                                  uncertainty=ps.guide_uncertainty)
 
     rounds, stable = until_stable(ps.guide_rounds)
     confirmed: set[tuple[str, str]] = set()
     for _ in range(ps.guide_confirm_rounds if stable else 0):
-        again = _confirm(graph, split, usable, pools, settle(), confirmed, measure, evict_cap(ps))
+        again = _confirm(graph, split, usable, pools, bar, confirmed, measure, evict_cap(ps))
         if not again:
             break
         more, stable = until_stable(max(ps.guide_rounds - rounds, 1))
         rounds += more
         if not stable:
             break
-    # Settled again after the rounds too (each round settles first: `settle`), for what the last
-    # round's readings show. candy's OpenVINO whole model, profiled at 76.20 ms with the link at
-    # 334 / 368 ns before any near reading, set the bar its split kernels, profiled near, beat on
-    # paper (65.07 ms predicted); side by side the split plan ran 0.987x it.
-    settle()
+    # Settled again after the rounds, judged against the link read since: a whole model profiled far
+    # before the run had read the link near looked settled then (_unsettled). candy's
+    # OpenVINO whole model, profiled at 76.20 ms with the link at 334 / 368 ns before any near reading,
+    # set the bar its split kernels, profiled near, beat on paper (65.07 ms predicted); side by side
+    # the split plan ran 0.987x it.
+    _settle_wholes(got, pools, small, usable, whole, measure, ps, settings.threads, settled)
     if stable:
         db.put_guided_done(problem)
     else:
@@ -776,7 +772,7 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
                        refine: Callable[[Sequence[tuple[str, str]]], int] | None = None,
                        exact_batch_size: int | None = None, expected: Mapping[tuple[str, str], float] | None = None,
                        uncertainty: int = 0, calibrate: Callable[[Collection[str]], bool] | None = None,
-                       rebar: Callable[[], float | None] | None = None) -> tuple[int, bool]:
+                       ) -> tuple[int, bool]:
     """Solve `problem` over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -804,9 +800,6 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     kernels instead (returns how many: they count against `budget`) and raises `optimistic` costs
     in place, the round ends there and the next solves again, the pairs still pending.
 
-    `rebar()`: called at the start of each round, the `bar` from then on (guided profiling times a
-    whole model again there when the link read since shows its profile was taken far).
-
     `calibrate(backends)`: called with a round's backends before anything is measured (refine
     included); True means their boundary costs were just calibrated (the problem was solved with
     them free, a lower bound: profile/boundaries.py Boundaries), and the round ends there: the next
@@ -823,8 +816,6 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     rounds = spent = 0
     while rounds < max_rounds and (budget is None or spent < budget):
         rounds += 1
-        if rebar is not None:
-            bar = rebar()
         try:
             relaxed = problem.relax(costs, pending, optimistic, expected, uncertainty) if relax else None
             if relaxed is not None and bar is not None and relaxed.bound_s >= bar:
