@@ -69,17 +69,14 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = random.Random(args.seed)
     whole = len(graph.nodes)
-    nodes = {(c.key, name): c.nodes for name, cs in pools.items() for c in cs if c.size != whole}
+    cand = {(c.key, name): c for name, cs in pools.items() for c in cs if c.size != whole}
     alone = [rng.uniform(2e-6, 2e-4) for _ in graph.nodes]
-    true = {pair: KERNEL_S + sum(alone[n] for n in ns) * rng.uniform(0.7, 1.1) for pair, ns in nodes.items()}
+    true = {pair: KERNEL_S + sum(alone[n] for n in c.nodes) * rng.uniform(0.7, 1.1) for pair, c in cand.items()}
     optimistic = {pair: t * rng.uniform(0.3, 0.6) for pair, t in true.items()}
     expected = {pair: t * rng.uniform(0.7, 1.3) for pair, t in true.items()}
-    costs = {pair: true[pair] for pair, ns in nodes.items() if len(ns) == 1}
-    cand = {(c.key, name): c for name, cs in pools.items() for c in cs if c.size != whole}
-    pending = {pair: cand[pair] for pair in nodes if pair not in costs}
+    costs = {pair: true[pair] for pair, c in cand.items() if c.size == 1}
+    pending = {pair: c for pair, c in cand.items() if pair not in costs}
 
-    print("| round | relax s | HiGHS run s | simplex iterations | measured |")
-    print("|---:|---:|---:|---:|---:|")
     # the budgeted LP, built as the first relaxation builds it, so that the options apply from the start
     keys = {key for key, pair in problem.pairs.items() if pair in pending}
     budget = 0 if args.plain else ps.guide_uncertainty
@@ -88,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         name, _, value = opt.partition("=")
         status = lp._highs.setOptionValue(name, _value(value))
         print(f"option {name} = {lp._highs.getOptionValue(name)} ({status})")
+    print("| round | relax s | HiGHS run s | simplex iterations | measured |")
+    print("|---:|---:|---:|---:|---:|")
     seconds = []
     run_before = 0.0
     for k in range(args.rounds):

@@ -962,7 +962,7 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
 # 2026-12-05), and the far state slows engines unequally: yolox-nano's selection, run far, timed
 # OpenVINO's whole model 12.9 ms against onnxruntime's 15.5 (1.196x) and kept it; the bench timed
 # them 10.67 and 9.96 ms (BENCHMARKS.md, 2026-12-06).
-_LINK_RANK = {"near": 0, MOVING: 1, UNREAD: 1, None: 1, "far": 2}
+_LINK_RANK = {"near": 0, MOVING: 1, UNREAD: 1, "far": 2}      # (StateProbe.around's states)
 
 
 def _compare(ctx: _Context, found: _Found) -> Selected:
