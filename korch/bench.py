@@ -38,7 +38,7 @@ from korch.backends import CompileOptions, backend_names, get_backend
 from korch.backends.onnxruntime import make_session
 from korch.backends.reference import run_graph
 from korch.profile import link
-from korch.profile.database import ProfileDB
+from korch.profile.database import ProfileDB, machine_fingerprint
 from korch.profile.timing import Timing, measure, paired_ratio, side_by_side
 from korch.settings import AccuracyPolicy
 from korch.verify import OutputCheck, OutputDiff, PlanCheck, judge_outputs, random_feeds
@@ -137,6 +137,8 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
     model = resolve_model(model_spec, db.path.parent)
     model = model if isinstance(model, onnx.ModelProto) else onnx.load(model)
     settings = settings or OptimizeSettings(threads=threads)
+    machine = machine_fingerprint()
+    nearest = db.nearest_link(machine)        # each round's link judged against the machine's nearest too
     with tempfile.TemporaryDirectory(prefix="korch-bench-") as tmp:
         model_path = Path(tmp) / "model.onnx"
         onnx.save(model, model_path)
@@ -146,7 +148,9 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
             for k, bucket in enumerate(session.plans.buckets):
                 feeds = random_feeds(bucket.plan.graph, seed)
                 result = _compare(model, model_path, None, bucket.plan, session, feeds, threads, rounds, settings,
-                                  Path(plan_dir) / f"bucket-{k}" if measure_rss else None, db.path.parent / "tools")
+                                  Path(plan_dir) / f"bucket-{k}" if measure_rss else None, db.path.parent / "tools",
+                                  nearest)
+                _note_link(db, machine, result)
                 buckets.append({"bucket": k, "shapes": {n: list(s) for n, s in bucket.shapes.items()}, **result})
             return {"model": model_spec, "threads": threads, "buckets": buckets}
         t0 = time.perf_counter()
@@ -160,7 +164,8 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
             plan_dir = str(save_plan(plan, Path(tmp) / "plan"))
         stats = plan.summary
         result = _compare(model, model_path, zoo_name, plan, session, random_feeds(plan.graph, seed), threads, rounds,
-                          settings, Path(plan_dir) if measure_rss else None, db.path.parent / "tools")
+                          settings, Path(plan_dir) if measure_rss else None, db.path.parent / "tools", nearest)
+        _note_link(db, machine, result)
     return {
         "model": model_spec, "threads": threads, **result,
         "optimize_seconds": optimize_seconds,
@@ -169,12 +174,20 @@ def bench(model_spec: str, db: ProfileDB, threads: int, plan_dir: str | None = N
     }
 
 
+def _note_link(db: ProfileDB, machine: str, result: Mapping[str, Any]) -> None:
+    """Keep the nearest core link a comparison read as the machine's, if nearer (ProfileDB.put_link)."""
+    read = [x for x in result.get("core_link", {}).get("readings_ns", ()) if x is not None]
+    if read:
+        db.put_link(machine, min(read))
+
+
 def _compare(model: onnx.ModelProto, model_path: Path, zoo_name: str | None, plan, session,
              feeds: dict[str, np.ndarray], threads: int, rounds: int, settings, rss_plan: Path | None,
-             link_tools: Path | None = None) -> dict[str, Any]:
+             link_tools: Path | None = None, nearest_link: float | None = None) -> dict[str, Any]:
     """korch's `session` (running `plan`) and the peers on `feeds`, side by side; peak RSS of each in
     its own process when `rss_plan` (the plan directory korch's process loads) is given; with
-    `link_tools` (where the core link probe is built) and 2+ threads, each system per link state."""
+    `link_tools` (where the core link probe is built) and 2+ threads, each system per link state,
+    judged against `nearest_link` too (the machine's nearest reading, ns; link.split)."""
     graph = plan.graph
     # onnxruntime as its users run it: default session settings, so its pool spins after a run
     # (korch's own onnxruntime kernels park it; that is korch's setting, not the baseline's).
@@ -212,7 +225,8 @@ def _compare(model: onnx.ModelProto, model_path: Path, zoo_name: str | None, pla
     readings: list[float | None] = []
     timings = side_by_side({s.name: s.run for s in systems}, rounds, one, warmup=3,
                            between_rounds=(lambda: readings.append(read_link())) if read_link else None)
-    states = link.split(readings, {name: t.samples_s for name, t in timings.items()}) if read_link else None
+    states = link.split(readings, {name: t.samples_s for name, t in timings.items()}, nearest_link) \
+        if read_link else None
     rss: dict[str, float | None] = {s.name: None for s in systems}
     if rss_plan is not None:
         shapes = ",".join(f"{n}={'x'.join(map(str, feeds[n].shape))}" for n in graph.inputs)

@@ -152,6 +152,16 @@ CREATE TABLE IF NOT EXISTS rewrite_checks (
     created_at REAL NOT NULL
 ) WITHOUT ROWID;
 """
+# The nearest core-link round trip read on each machine (korch/profile/link.py), by any run: what "near"
+# is for a run that reads the link far throughout (a bench whose 30 rounds all read ~327 ns called them
+# near, judged against its own nearest reading; the optimize before it had read 50 ns).
+_LINKS = """
+CREATE TABLE IF NOT EXISTS links (
+    machine TEXT PRIMARY KEY,
+    nearest_ns REAL NOT NULL,
+    read_at REAL NOT NULL
+) WITHOUT ROWID;
+"""
 # A graph's candidates (korch/candidates/store.py): a compressed blob of ~1 MB per model, so a rowid
 # table (SQLite keeps large rows out of a WITHOUT ROWID table's b-tree poorly), and only the most
 # recently stored CANDIDATE_SETS_KEPT of them.
@@ -195,6 +205,7 @@ CREATE TABLE IF NOT EXISTS profiles (
 {_REFILLS}
 {_REWRITE_CHECKS}
 {_CANDIDATE_SETS}
+{_LINKS}
 """
 
 
@@ -510,6 +521,18 @@ class ProfileDB:
         self._write_many("INSERT OR REPLACE INTO guided (problem_key, created_at) VALUES (?, ?)",
                          [(problem_key, time.time())])
 
+    def nearest_link(self, machine: str) -> float | None:
+        """The nearest core link (ns) any run has read on `machine` (None: never read)."""
+        rows = self._query("SELECT nearest_ns FROM links WHERE machine = ?", (machine,))
+        return float(rows[0][0]) if rows else None
+
+    def put_link(self, machine: str, nearest_ns: float) -> None:
+        """A run's nearest core-link reading on `machine`, kept if nearer than the one stored."""
+        self._write_many("INSERT INTO links (machine, nearest_ns, read_at) VALUES (?, ?, ?) "
+                         "ON CONFLICT (machine) DO UPDATE SET nearest_ns = excluded.nearest_ns, "
+                         "read_at = excluded.read_at WHERE excluded.nearest_ns < links.nearest_ns",
+                         [(machine, float(nearest_ns), time.time())])
+
     def rewrites_passed(self, check_key: str) -> bool:
         """Whether a model's rewrites passed their check before (pipeline.rewrite_check_key)."""
         return bool(self._query("SELECT 1 FROM rewrite_checks WHERE check_key = ?", (check_key,)))
@@ -682,7 +705,7 @@ def _open_once(path: Path) -> sqlite3.Connection:
 
 def _add_new_columns(conn: sqlite3.Connection) -> None:
     for table in (_SELECTIONS, _BOUNDARIES, _FEATURES, _SIGHTINGS, _GUIDED, _REFILLS, _REWRITE_CHECKS,
-                  _CANDIDATE_SETS):
+                  _CANDIDATE_SETS, _LINKS):
         conn.execute(table)
     for table, columns in _COLUMNS_ADDED.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}

@@ -233,14 +233,17 @@ class LinkStates:
                 f"({self.far_ns:.0f} ns): {per(self.far_ms)} ms")
 
 
-def split(readings: Sequence[float | None], samples_s: Mapping[str, Sequence[float]]) -> LinkStates:
+def split(readings: Sequence[float | None], samples_s: Mapping[str, Sequence[float]],
+          nearest: float | None = None) -> LinkStates:
     """`readings[r]`: the link read before round r; `samples_s[name][r]`: that system's sample in
-    round r (a timing that ended early has fewer rounds than readings)."""
+    round r (a timing that ended early has fewer rounds than readings). Each reading is judged against
+    the nearest of them and `nearest` (the machine's nearest reading, ProfileDB.nearest_link): judged
+    against its own readings alone, a timing that ran far throughout reads as near."""
     rounds = min((len(s) for s in samples_s.values()), default=0)
     read = [(r, x) for r, x in enumerate(readings[:rounds]) if x is not None]
     if not read:
         return LinkStates(None, None, 0, 0, rounds, {}, {})
-    nearest = min(x for _, x in read)
+    nearest = min([x for _, x in read] + ([] if nearest is None else [nearest]))
     near = [r for r, x in read if not far(x, nearest)]
     apart = [r for r, x in read if far(x, nearest)]
 

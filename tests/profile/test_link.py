@@ -60,6 +60,28 @@ def test_a_timing_that_ended_early_is_split_over_its_own_rounds_and_one_state_sa
     assert link.split([None, None], {"a": [0.1, 0.2]}).line() == "core link: not read"
 
 
+def test_a_timing_that_ran_far_throughout_is_far_against_the_machines_nearest_reading() -> None:
+    readings, samples = [327.0, 331.0, 325.0], {"a": [0.010, 0.011, 0.010]}
+    assert link.split(readings, samples).rounds_near == 3           # its own readings alone: "near"
+    states = link.split(readings, samples, nearest=52.0)
+    assert (states.rounds_near, states.rounds_far) == (0, 3) and states.far_ns == 327.0
+    assert link.split([55.0, 330.0], {"a": [0.01, 0.02]}, nearest=80.0).rounds_near == 1   # a nearer own reading
+
+
+def test_the_database_keeps_each_machines_nearest_link_reading(tmp_path: Path) -> None:
+    from korch.profile.database import ProfileDB
+
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        assert db.nearest_link("m") is None
+        db.put_link("m", 60.0)
+        db.put_link("m", 330.0)                   # farther: not kept
+        db.put_link("other", 40.0)
+        assert db.nearest_link("m") == 60.0
+        db.put_link("m", 51.5)
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        assert db.nearest_link("m") == 51.5 and db.nearest_link("other") == 40.0
+
+
 def test_interleaved_runs_the_hook_before_every_round() -> None:
     events: list[str] = []
     fns = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
@@ -74,6 +96,7 @@ def test_bench_at_two_threads_reports_the_link_with_its_rounds(tmp_path: Path, c
     from onnx import TensorProto, helper, numpy_helper
 
     from korch.cli import main
+    from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
@@ -88,6 +111,14 @@ def test_bench_at_two_threads_reports_the_link_with_its_rounds(tmp_path: Path, c
     states = result["core_link"]
     assert len(states["readings_ns"]) == 3 and states["rounds_near"] + states["rounds_far"] + states["unread"] == 3
     assert "core link" in capsys.readouterr().out
+    read = [x for x in states["readings_ns"] if x is not None]
+    with ProfileDB(tmp_path / "cache" / DB_FILENAME) as db:
+        assert db.nearest_link(machine_fingerprint()) == min(read)      # kept as the machine's
+        db.put_link(machine_fingerprint(), 0.5)        # a machine whose link once read far nearer than now
+    assert main(["bench", str(model), "--backends", "onnxruntime", "--threads", "2", "--rounds", "3", "--no-rss",
+                 "--cache", str(tmp_path / "cache"), "--json", str(out)]) == 0
+    again = json.loads(out.read_text())["core_link"]
+    assert again["rounds_near"] == 0 and again["rounds_far"] + again["unread"] == 3    # judged against it
 
 
 def test_a_cache_that_cannot_hold_the_probe_means_no_reader_not_a_failure(tmp_path: Path) -> None:
