@@ -34,7 +34,9 @@ close contenders wrongly. So:
    `multi_kernel_margin`; otherwise the last duel's winner, a whole-model kernel, is the plan.
    At 2 threads and more a duel that ran with the core link far or moving, where profiling read it
    near, is run again (`duel_link_retries`), and its verdict taken from the run nearest the near
-   state (`_LINK_RANK`).
+   state (`_LINK_RANK`); if no run was near, two whole models both profiled near at the machine's
+   speed are judged by those profiles (a plan runs mostly near, and the far state slows engines
+   unequally).
    An engine whose whole model profiled beyond `contender_factor` of the rest is not trusted to its
    profile (a slow spell can triple one): it is compiled and timed once more after the champion (a
    whole-model champion that compiles again in seconds is not held meanwhile: the two whole models
@@ -131,6 +133,9 @@ class Duel:
     ratio: float | None = None            # second over first, the median of the rounds' ratios
     state: str | None = None              # the core-link state it ran in (link.StateProbe.around; None: no probe)
     tries: int = 1                        # side-by-side comparisons run (SelectionSettings.duel_link_retries)
+    # True: two whole models whose side-by-side comparison never ran with the core link near, decided by
+    # their profiles, both taken near at the machine's speed (`ratio` is then the profiles'; `_duel`)
+    profiled: bool = False
 
     @property
     def loser(self) -> str:
@@ -949,12 +954,21 @@ def _duel(ctx: _Context, champion: _Contender, challenger: _Contender) -> Duel:
         t = {k: v.median_s for k, v in timings.items()}
         b_over_a = paired_ratio(timings[a.name], timings[b.name])
         ratio: float | None = b_over_a
+        profiled = ctx.links is not None and ctx.links.nearest is not None and state != "near" and \
+            all(c.name != SPLIT and ctx.whole_states.get(c.name) == "near" for c in (a, b))
+        if profiled:
+            # Never near side by side, but both profiled near: the far state slows engines unequally,
+            # and a plan runs mostly near. yolox-nano's two whole models, profiled near at 8.36 ms
+            # (onnxruntime) and 9.04 ms (OpenVINO), met twice far, 15.9 against 12.9 ms, and OpenVINO's
+            # was kept; the bench then ran it 10.76 ms against onnxruntime's 10.13 near (25 of its 30
+            # rounds), 0.93x (BENCHMARKS.md, 2026-12-06).
+            b_over_a = ratio = b.estimate_s / a.estimate_s
     else:
         t = {a.name: a.estimate_s, b.name: b.estimate_s}
-        b_over_a, ratio = t[b.name] / t[a.name], None
+        b_over_a, ratio, profiled = t[b.name] / t[a.name], None, False
     b_wins = wins(b_over_a)
     return Duel(a.name, b.name, t[a.name], t[b.name], b.name if b_wins else a.name, s.duel_rounds > 0, ratio,
-                state, tries)
+                state, tries, profiled)
 
 
 # Which of two side-by-side comparisons a verdict is taken from: near before moving or unread before far.
@@ -1039,6 +1053,8 @@ def _compare(ctx: _Context, found: _Found) -> Selected:
         duels.append(duel)
         log.info("side by side: %s %s, %s %s%s%s; %s kept", _who(duel.first), _ms(duel.first_s),
                  _who(duel.second), _ms(duel.second_s),
+                 f" (the second {duel.ratio:.3f}x the first by their profiles, both taken with the core link "
+                 f"near)" if duel.profiled else
                  f" (the second {duel.ratio:.3f}x the first round by round)" if duel.ratio is not None else "",
                  f", the core link {duel.state}" if ctx.links is not None and duel.timed else "",
                  _who(duel.winner))
@@ -1161,6 +1177,9 @@ def _rounds(duel: Duel) -> str:
     if not duel.timed or duel.ratio is None:
         return ""
     winner = "the split plan" if duel.winner == SPLIT else duel.winner
+    if duel.profiled:
+        return (f" (side by side with the core link {duel.state}; {duel.ratio_of(duel.loser):.3f}x {winner}'s "
+                f"by their profiles, both taken near)")
     return f" ({duel.ratio_of(duel.loser):.3f}x {winner}'s round by round)"
 
 

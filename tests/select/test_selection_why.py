@@ -10,7 +10,7 @@ import pytest
 
 import korch.select.measured as measured
 from korch.profile.timing import summarize
-from korch.select.measured import SPLIT, Duel, _duel, _why_split, _why_whole
+from korch.select.measured import SPLIT, Duel, _duel, _rounds, _why_split, _why_whole
 from korch.settings import ProfileSettings, SelectionSettings
 
 SETTINGS = SimpleNamespace(selection=SelectionSettings(multi_kernel_margin=0.98, duel_rounds=5))
@@ -122,7 +122,7 @@ def test_a_duel_run_with_the_core_link_far_or_moving_is_run_again_and_the_neares
                   {"openvino": [10.7] * 5, "onnxruntime": [10.0] * 5}])
     monkeypatch.setattr(measured, "side_by_side", lambda fns, *args, **kwargs: _timings(next(calls)))
     said = iter(states)
-    ctx = SimpleNamespace(settings=SETTINGS, feeds={}, links=SimpleNamespace(nearest=50.0),
+    ctx = SimpleNamespace(settings=SETTINGS, feeds={}, links=SimpleNamespace(nearest=50.0), whole_states={},
                           around=lambda timing: (timing(), next(said)))
     champion = SimpleNamespace(name="openvino", session=None, estimate_s=0.00855)
     challenger = SimpleNamespace(name="onnxruntime", session=None, estimate_s=0.00892)
@@ -130,12 +130,44 @@ def test_a_duel_run_with_the_core_link_far_or_moving_is_run_again_and_the_neares
     assert (duel.winner, duel.tries) == (winner, tries)
     assert duel.state == {"openvino": states[0], "onnxruntime": states[-1]}[winner]
     off = SimpleNamespace(settings=SimpleNamespace(selection=replace(SETTINGS.selection, duel_link_retries=0)),
-                          feeds={}, links=SimpleNamespace(nearest=50.0), around=lambda timing: (timing(), "far"))
+                          feeds={}, links=SimpleNamespace(nearest=50.0), whole_states={},
+                          around=lambda timing: (timing(), "far"))
     calls = iter([{"openvino": [12.9] * 5, "onnxruntime": [15.5] * 5}])
     assert _duel(off, champion, challenger).tries == 1                  # type: ignore[arg-type]
     unread = SimpleNamespace(**{**vars(off), "settings": SETTINGS, "links": SimpleNamespace(nearest=None)})  # none read
     calls = iter([{"openvino": [12.9] * 5, "onnxruntime": [15.5] * 5}])
     assert _duel(unread, champion, challenger).tries == 1               # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("states", "profiled", "winner"), [
+    (["far", "far"], {"onnxruntime": "near", "openvino": "near"}, "onnxruntime"),   # never near: the profiles
+    (["far", "moving"], {"onnxruntime": "near", "openvino": "near"}, "onnxruntime"),
+    (["far", "far"], {"onnxruntime": "near", "openvino": "far"}, "openvino"),       # not both near: the duel
+    (["far", "far"], {"onnxruntime": "near"}, "openvino"),
+    (["far", "near"], {"onnxruntime": "near", "openvino": "near"}, "openvino"),     # a near duel: its verdict
+])
+def test_two_whole_models_never_compared_near_are_judged_by_their_profiles_taken_near(
+        states: list[str], profiled: dict[str, str], winner: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """yolox-nano at 2 threads: onnxruntime's and OpenVINO's whole models profiled near at 8.36 and
+    9.04 ms met side by side twice with the link far (15.9 against 12.9 ms), and OpenVINO's was kept;
+    the bench ran it 0.93x onnxruntime's in its near rounds. Where no comparison ran near and both
+    were profiled near, their profiles decide; a comparison that ran near still does."""
+    calls = iter([{"onnxruntime": [15.9] * 5, "openvino": [12.9] * 5},
+                  {"onnxruntime": [10.0] * 5, "openvino": [9.5] * 5}])        # (near: OpenVINO 0.95x)
+    monkeypatch.setattr(measured, "side_by_side", lambda fns, *args, **kwargs: _timings(next(calls)))
+    said = iter(states)
+    ctx = SimpleNamespace(settings=SETTINGS, feeds={}, links=SimpleNamespace(nearest=50.0), whole_states=profiled,
+                          around=lambda timing: (timing(), next(said)))
+    champion = SimpleNamespace(name="onnxruntime", session=None, estimate_s=0.00836)
+    challenger = SimpleNamespace(name="openvino", session=None, estimate_s=0.00904)
+    duel = _duel(ctx, champion, challenger)                             # type: ignore[arg-type]
+    assert duel.winner == winner and duel.tries == 2
+    decided = states[-1] != "near" and set(profiled.values()) == {"near"} and len(profiled) == 2
+    assert duel.profiled == decided
+    if decided:
+        assert duel.ratio == pytest.approx(9.04 / 8.36)
+        assert _rounds(duel) == (f" (side by side with the core link {duel.state}; 1.081x onnxruntime's by "
+                                 "their profiles, both taken near)")
 
 
 @pytest.mark.parametrize(("split_ms", "expected"), [
