@@ -103,7 +103,7 @@ T = TypeVar("T")
 
 # Changes when the way a selection problem is decided changes, so remembered outcomes of an older
 # procedure are not replayed.
-PROCEDURE = "measured-selection-v17-duel-link-state"
+PROCEDURE = "measured-selection-v18-duel-near-profiles"
 SPLIT = "split"
 # In-plan costs are keyed "candidate key|backend"; this entry holds the start cost of a kernel not
 # yet timed in a plan (_Context.costed), beyond its engine's calibrated kernel start, stored with them
