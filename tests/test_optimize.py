@@ -30,7 +30,7 @@ from korch.plan import Plan, PlanError, Step, load_plan, save_plan
 from korch.plan.plan import EXTERNAL_MIN_BYTES, _write_manifest
 from korch.profile.database import ProfileDB, Record, machine_fingerprint
 from korch.select.blp import Formulation
-from korch.select.measured import SPLIT
+from korch.select.measured import SPLIT, _ms
 from korch.settings import QUICK_CALIBRATION, QUICK_PROFILE, QUICK_SELECTION, AccuracyPolicy, OptimizeSettings
 from korch.verify import DEFAULT_RTOL, PlanChecker, diff_outputs, random_feeds, run_onnxruntime
 
@@ -144,12 +144,39 @@ def test_second_optimize_reuses_the_measured_selection(db: ProfileDB) -> None:
     plan2, _, second = optimize(model, db, ORT_KERNELS_ONLY)
     # The first split plan always has kernels not yet timed in a plan: they are, and the BLP re-solves.
     assert not first.selection.remembered and first.selection.rounds >= 2 and first.selection.in_plan_costs >= 1
-    assert second.selection.remembered and second.selection.rounds == 0
+    assert second.selection.remembered and second.selection.rounds == 0, second.selection.not_replayed
     assert second.selection.in_plan_costs == first.selection.in_plan_costs
     assert second.selection.predicted_ms == pytest.approx(first.selection.predicted_ms, rel=1e-12)
     assert second.selection.boundary_ms == first.selection.boundary_ms
     assert second.selection.why == first.selection.why and "split plan" in first.selection.why
     assert [s.key for s in plan2.steps] == [s.key for s in plan1.steps]
+
+
+def test_a_model_selected_again_says_what_changed_since_its_last_selection(tmp_path: Path) -> None:
+    """A run whose selection problem is not the last one of its model (one kernel's profile changed in
+    the database between the runs) selects again, and says which option's cost moved, and by how much:
+    a warm run that did not replay its selection (a CI run at d1031f0, a zoo run at 434a975) said
+    nothing of why."""
+    model = zoo.to_model_proto("efficientvit-mini")
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        _, _, cold = optimize(model, db, ORT_KERNELS_ONLY)
+        assert not cold.selection.remembered and cold.selection.not_replayed == ""      # none before
+        with sqlite3.connect(db.path) as conn:
+            (inputs,), = conn.execute("SELECT inputs FROM selections").fetchall()
+            profiled = {(k, b): m for k, b, m in conn.execute(
+                "SELECT candidate_key, backend, median_s FROM profiles WHERE median_s IS NOT NULL")}
+        # an option priced at its profile as it is (not at a time in a plan)
+        row = next(r for r in json.loads(inputs)["rows"]
+                   if repr(profiled.get(tuple(r.split("|")[:2]))) == r.rpartition("|")[2])
+        key, backend = row.split("|")[:2]
+        with sqlite3.connect(db.path) as conn:
+            conn.execute("UPDATE profiles SET median_s = median_s * 3 WHERE candidate_key = ? AND backend = ?",
+                         (key, backend))
+        _, _, again = optimize(model, db, ORT_KERNELS_ONLY)
+    assert not again.selection.remembered
+    was = profiled[(key, backend)]
+    assert f"1 option(s) at another cost, e.g. {key[:12]} on {backend} {_ms(was)} -> {_ms(3 * was)}" \
+        in again.selection.not_replayed, again.selection.not_replayed
 
 
 def test_a_warm_run_returns_the_checked_plan_without_compiling_it(tmp_path: Path,
@@ -183,7 +210,8 @@ def test_a_warm_run_returns_the_checked_plan_without_compiling_it(tmp_path: Path
         again, session, warm = optimize(model, db, settings, compile_session=False)
         assert session is None and compiled == [] and warm.check_remembered and not cold.check_remembered
         assert checks == []                                   # the remembered check, not run again
-        assert warm.selection.remembered and [s.key for s in again.steps] == [s.key for s in plan.steps]
+        assert warm.selection.remembered, warm.selection.not_replayed
+        assert [s.key for s in again.steps] == [s.key for s in plan.steps]
         assert (warm.max_rel_error, warm.check_worst) == (cold.max_rel_error, cold.check_worst)
         assert warm.selection.measured_ms == pytest.approx(cold.selection.measured_ms, rel=1e-12)   # (stored in s)
 
@@ -687,7 +715,8 @@ def test_split_plan_must_beat_the_whole_model_side_by_side(whole_wins: bool, tmp
         assert "measured" in sel.why and "side by side" in sel.why
     else:
         assert len(plan.steps) > 1 and sel.measured_ms == sel.side_by_side_ms[SPLIT]
-    assert warm.selection.remembered and warm.selection.rounds == 0 and not warm.selection.side_by_side_ms
+    assert warm.selection.remembered, warm.selection.not_replayed
+    assert warm.selection.rounds == 0 and not warm.selection.side_by_side_ms
     assert warm.selection.why == sel.why and warm.selection.kept == sel.kept
     assert [s.key for s in again.steps] == [s.key for s in plan.steps]
     feeds = random_feeds(plan.graph, seed=11)

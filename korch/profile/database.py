@@ -94,7 +94,9 @@ CREATE TABLE IF NOT EXISTS selections (
     reason TEXT,
     costs TEXT,
     checked TEXT,
-    schedule TEXT
+    schedule TEXT,
+    model TEXT,
+    inputs TEXT
 ) WITHOUT ROWID;
 """
 _BOUNDARIES = """
@@ -175,7 +177,7 @@ CREATE TABLE IF NOT EXISTS candidate_sets (
 CANDIDATE_SETS_KEPT = 32
 # Columns added after the tables first shipped, added to older files on open (NULL in old rows).
 _COLUMNS_ADDED = {"selections": (("whole_model_backend", "TEXT"), ("reason", "TEXT"), ("costs", "TEXT"),
-                                  ("checked", "TEXT"), ("schedule", "TEXT")),
+                                  ("checked", "TEXT"), ("schedule", "TEXT"), ("model", "TEXT"), ("inputs", "TEXT")),
                   "profiles": (("error", "REAL"), ("rejection", "TEXT"), ("korch_code", "TEXT"))}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS korch_schema (version INTEGER NOT NULL);
@@ -432,17 +434,34 @@ class ProfileDB:
 
     def put_selection(self, problem_key: str, penalty_s: float, measured_s: float,
                       whole_model_backend: str | None = None, reason: str | None = None,
-                      costs: Mapping[str, float] | None = None, schedule: Any = None) -> None:
-        """`schedule`: RememberedSelection.schedule's JSON form."""
+                      costs: Mapping[str, float] | None = None, schedule: Any = None,
+                      model: str | None = None, inputs: Mapping[str, Sequence[str]] | None = None) -> None:
+        """`schedule`: RememberedSelection.schedule's JSON form. `model` and `inputs`: the model the
+        problem is of and the problem as text (measured.selection_problem), for `last_selection_inputs`."""
         conn = self._connection()
         try:
             conn.execute("INSERT OR REPLACE INTO selections (problem_key, penalty_s, measured_s, created_at, "
-                         "whole_model_backend, reason, costs, schedule) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         "whole_model_backend, reason, costs, schedule, model, inputs) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                          (problem_key, penalty_s, measured_s, time.time(), whole_model_backend, reason,
                           json.dumps(dict(costs)) if costs else None,
-                          json.dumps(schedule) if schedule is not None else None))
+                          json.dumps(schedule) if schedule is not None else None, model,
+                          json.dumps({k: list(v) for k, v in inputs.items()}) if inputs is not None else None))
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
+
+    def last_selection_inputs(self, model: str) -> dict[str, list[str]] | None:
+        """The problem (as put_selection's `inputs`) of the latest selection stored for `model`; None if
+        there is none or it cannot be read."""
+        rows = self._query("SELECT inputs FROM selections WHERE model = ? AND inputs IS NOT NULL "
+                           "ORDER BY created_at DESC LIMIT 1", (model,))
+        if not rows:
+            return None
+        try:
+            parsed = json.loads(rows[0][0])
+            return {str(k): [str(x) for x in v] for k, v in parsed.items()} if isinstance(parsed, dict) else None
+        except (ValueError, TypeError):
+            return None
 
     def get_boundaries(self, machine: str, threads: int, versions: str) -> dict[tuple[str, str, str], Line] | None:
         """The stored boundary-cost lines (korch/profile/boundaries.py) per (producer, consumer, layout)."""

@@ -181,6 +181,8 @@ class SelectionStats:
     excluded: tuple[str, ...] = ()
     duels: tuple[Duel, ...] = ()          # the side-by-side meetings, in order (module doc, step 2)
     schedule: ScheduleStats | None = None  # co-scheduling of the best split plan (select/coschedule.py)
+    # a model selected before, its selection not replayed: what differed from that problem (why_not_replayed)
+    not_replayed: str = ""
 
 
 @dataclass(frozen=True)
@@ -299,25 +301,79 @@ def selection_problem_key(options: Sequence[Option], steps: Mapping[str, Step], 
     """Identifies a selection problem: every option's candidate, backend, primitives and profiled
     cost, the boundary costs, with threads, machine, procedure and the accuracy policy (which drops
     contenders). Equal keys mean the solver sees the same problem."""
+    return problem_key(selection_problem(options, steps, settings, machine, boundaries))
+
+
+def selection_problem(options: Sequence[Option], steps: Mapping[str, Step], settings: OptimizeSettings,
+                      machine: str, boundaries: BoundaryModel | Boundaries | None = None) -> dict[str, list[str]]:
+    """What `selection_problem_key` hashes, as text: "head" (korch's version, the procedure, threads,
+    machine and the settings that decide), "lines" (the boundary costs) and "rows" (one per option:
+    candidate|backend|primitives|cost). Stored with the selection, so that a run that does not replay
+    the last selection of its model can say what changed (`why_not_replayed`)."""
     from korch import __version__
 
     s, a, sch = settings.selection, settings.accuracy, settings.schedule
-    h = hashlib.sha256(f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
-                       f"{s.multi_kernel_margin}|{s.contender_factor}|{s.split_within}|{s.look_repeats}|{s.refine_rounds}|{s.check_rounds}|"
-                       f"{s.blame_fraction}|"
-                       f"{a.rtol}|{a.fp32_factor}|{a.check_inputs}|{settings.seed}|"
-                       f"{sch.enabled}|{sch.margin}|{sch.ready_pairs}".encode())
+    head = (f"{__version__}|{PROCEDURE}|{settings.threads}|{machine}|"
+            f"{s.multi_kernel_margin}|{s.contender_factor}|{s.split_within}|{s.look_repeats}|{s.refine_rounds}|{s.check_rounds}|"
+            f"{s.blame_fraction}|"
+            f"{a.rtol}|{a.fp32_factor}|{a.check_inputs}|{settings.seed}|"
+            f"{sch.enabled}|{sch.margin}|{sch.ready_pairs}")
+    lines: list[str] = []
     if boundaries is not None:
         # Those of the engines calibrated before every selection, the ones profiled first. An engine
         # profiled last (Inductor) is calibrated when a solve first needs it, in a cold run's profiling
         # or selection, and read back by a warm run's selection only where its solve needs it: its lines
         # in the key made a warm vit-b16 select again for 36 s (Boundaries).
         late = set(profiled_last(settings))
-        h.update(repr(sorted((k, v) for k, v in boundaries.lines.items() if not late & set(k[:2]))).encode())
+        lines = [repr(kv) for kv in sorted((k, v) for k, v in boundaries.lines.items() if not late & set(k[:2]))]
     rows = sorted(f"{steps[o.key].key}|{steps[o.key].backend}|{sorted(o.nodes)}|{o.cost!r}" for o in options)
-    for row in rows:
+    return {"head": [head], "lines": lines, "rows": rows}
+
+
+def problem_key(problem: Mapping[str, Sequence[str]]) -> str:
+    """The selection problem's key (selection_problem_key) from its text (selection_problem)."""
+    h = hashlib.sha256(problem["head"][0].encode())
+    if problem["lines"]:
+        h.update(("[" + ", ".join(problem["lines"]) + "]").encode())
+    for row in problem["rows"]:
         h.update(row.encode() + b"\n")
     return h.hexdigest()
+
+
+def why_not_replayed(before: Mapping[str, Sequence[str]], now: Mapping[str, Sequence[str]]) -> str:
+    """What differs between the last selection problem of a model (`before`) and this one (`now`), in
+    words: the settings or versions, boundary costs, options gone or new, options whose cost moved."""
+    said = []
+    if list(before.get("head", ())) != list(now["head"]):
+        said.append("korch's version, the selection procedure, the machine or the settings differ")
+    lines = set(now["lines"]) ^ set(before.get("lines", ()))
+    if lines:
+        said.append(f"{len(lines)} boundary-cost line(s) differ, e.g. {sorted(lines)[0]}")
+
+    def costs(rows: Sequence[str]) -> dict[str, float]:
+        out = {}
+        for row in rows:
+            option, _, cost = row.rpartition("|")
+            try:
+                out[option] = float(cost)
+            except ValueError:
+                continue
+        return out
+    old, new = costs(before.get("rows", ())), costs(now["rows"])
+    gone, added = sorted(set(old) - set(new)), sorted(set(new) - set(old))
+    moved = sorted((k for k in set(old) & set(new) if old[k] != new[k]), key=lambda k: -abs(new[k] - old[k]))
+
+    def named(option: str) -> str:
+        key, backend = option.split("|")[:2]
+        return f"{key[:12]} on {backend}"
+    if gone:
+        said.append(f"{len(gone)} option(s) gone, e.g. {named(gone[0])}")
+    if added:
+        said.append(f"{len(added)} option(s) new, e.g. {named(added[0])}")
+    if moved:
+        k = moved[0]
+        said.append(f"{len(moved)} option(s) at another cost, e.g. {named(k)} {_ms(old[k])} -> {_ms(new[k])}")
+    return "; ".join(said) or "nothing differs that the key holds"
 
 
 class _Context:
@@ -647,21 +703,29 @@ def measured_selection(graph: Graph, options: Sequence[Option], steps: Mapping[s
                    boundaries if boundaries is not None else BoundaryModel(), checker,
                    (db.path.parent, weights) if db is not None and weights is not None else None, whole_states,
                    links, tally)
-    problem = selection_problem_key(options, steps, settings, machine, ctx.boundaries)
+    inputs = selection_problem(options, steps, settings, machine, ctx.boundaries)
+    problem = problem_key(inputs)
     remembered = db.get_selection(problem) if db is not None else None
     if remembered is not None:
         return replace(_replay(ctx, remembered, weights), problem=problem)
+    # (the model: its weights, at these threads on this machine; a warm run that selects again says why)
+    model = None if weights is None else f"{weights}|{len(graph.nodes)}|{settings.threads}|{machine}"
+    before = db.last_selection_inputs(model) if db is not None and model is not None else None
+    not_replayed = "" if before is None else why_not_replayed(before, inputs)
+    if not_replayed:
+        log.info("selecting again: this model's last selection was of another problem (%s)", not_replayed)
     found = _accurate_split(ctx)
     costs, scheduled = found.costs, found.schedule
     selected = _compare(ctx, found)
-    selected = replace(selected, stats=replace(selected.stats, schedule=scheduled))
+    selected = replace(selected, stats=replace(selected.stats, schedule=scheduled, not_replayed=not_replayed))
     if db is not None:
         kept = selected.stats
         remembered_costs = {**costs, **ctx.excluded_costs()}
         db.put_selection(problem, kept.boundary_ms * 1e-3, kept.measured_ms * 1e-3,
                          None if kept.kept == SPLIT else kept.kept, kept.why,
                          remembered_costs if kept.kept == SPLIT else None,
-                         _schedule_by_step(selected.plan, kept.schedule) if kept.kept == SPLIT else None)
+                         _schedule_by_step(selected.plan, kept.schedule) if kept.kept == SPLIT else None,
+                         model, inputs if model is not None else None)
     return replace(selected, problem=problem)
 
 

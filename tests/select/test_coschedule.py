@@ -280,7 +280,8 @@ def test_optimize_schedules_a_split_plan_keeps_it_across_save_load_and_replays_i
             np.testing.assert_array_equal(a, b)
         _explained_and_drawn(tmp_path / "plan")
         again, _, warm = optimize(model, db, settings_)
-        assert warm.selection.remembered and again.schedule == plan.schedule
+        assert warm.selection.remembered, warm.selection.not_replayed      # (what changed, if it was not)
+        assert again.schedule == plan.schedule
         assert warm.selection.schedule is not None and warm.selection.schedule.concurrent_steps == \
             plan.schedule.concurrent_steps
 
