@@ -113,7 +113,8 @@ def test_bench_at_two_threads_reports_the_link_with_its_rounds(tmp_path: Path, c
     assert "core link" in capsys.readouterr().out
     read = [x for x in states["readings_ns"] if x is not None]
     with ProfileDB(tmp_path / "cache" / DB_FILENAME) as db:
-        assert db.nearest_link(machine_fingerprint()) == min(read)      # kept as the machine's
+        # kept as the machine's, unless the optimize before the rounds read a nearer one
+        assert db.nearest_link(machine_fingerprint()) <= min(read)
         db.put_link(machine_fingerprint(), 0.5)        # a machine whose link once read far nearer than now
     assert main(["bench", str(model), "--backends", "onnxruntime", "--threads", "2", "--rounds", "3", "--no-rss",
                  "--cache", str(tmp_path / "cache"), "--json", str(out)]) == 0
