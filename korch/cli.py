@@ -292,7 +292,7 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
                     else f"{sel.rounds} split plan(s) timed")),
         ("why", sel.why),
         *([("selected again", f"this model's last selection was of another problem: {sel.not_replayed}")]
-          if getattr(sel, "not_replayed", "") else []),
+          if sel.not_replayed else []),
         *([("schedule", ("the best split plan: " if sel.kept != "split" else "") + sel.schedule.why)]
           if sel.schedule is not None and sel.split_kernels is not None else []),
         ("solver", f"{sel.solve_seconds:.3f} s, " + ("proven optimal" if sel.optimal and sel.gap == 0 else

@@ -445,8 +445,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
                                 reference, None if settings.whole_models else boundaries.ensure_by_stages, solves)
     profile_seconds = time.perf_counter() - t0 - (boundaries.seconds - calibrated)
     peaks["profile last"] = peak_rss_mib()
-    if profiled.nearest_link() is not None:     # what "near" is on this machine, for a bench run all far
-        db.put_link(machine, profiled.nearest_link())
+    if (nearest := profiled.nearest_link()) is not None:     # what "near" is here, for a bench run all far
+        db.put_link(machine, nearest)
     # A backend whose small kernels a cold run's rounds measured had its start calibrated then; a warm
     # run, its profiling remembered, reads it back here (with its pairs, where those were calibrated),
     # so both price the split kernels' refills net of the same starts (Refills) and key the same

@@ -173,6 +173,8 @@ def test_a_model_selected_again_says_what_changed_since_its_last_selection(tmp_p
             conn.execute("UPDATE profiles SET median_s = median_s * 3 WHERE candidate_key = ? AND backend = ?",
                          (key, backend))
         _, _, again = optimize(model, db, ORT_KERNELS_ONLY)
+        with sqlite3.connect(db.path) as conn:      # the older selection's problem text is dropped
+            assert conn.execute("SELECT count(*), count(inputs) FROM selections").fetchone() == (2, 1)
     assert not again.selection.remembered
     was = profiled[(key, backend)]
     assert f"1 option(s) at another cost, e.g. {key[:12]} on {backend} {_ms(was)} -> {_ms(3 * was)}" \

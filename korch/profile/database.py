@@ -437,7 +437,8 @@ class ProfileDB:
                       costs: Mapping[str, float] | None = None, schedule: Any = None,
                       model: str | None = None, inputs: Mapping[str, Sequence[str]] | None = None) -> None:
         """`schedule`: RememberedSelection.schedule's JSON form. `model` and `inputs`: the model the
-        problem is of and the problem as text (measured.selection_problem), for `last_selection_inputs`."""
+        problem is of and the problem as text (measured.selection_problem), for `last_selection_inputs`;
+        the model's older selections drop theirs."""
         conn = self._connection()
         try:
             conn.execute("INSERT OR REPLACE INTO selections (problem_key, penalty_s, measured_s, created_at, "
@@ -447,6 +448,9 @@ class ProfileDB:
                           json.dumps(dict(costs)) if costs else None,
                           json.dumps(schedule) if schedule is not None else None, model,
                           json.dumps({k: list(v) for k, v in inputs.items()}) if inputs is not None else None))
+            if model is not None and inputs is not None:      # only the latest is compared with (tens of kB each)
+                conn.execute("UPDATE selections SET inputs = NULL WHERE model = ? AND problem_key != ?",
+                             (model, problem_key))
         except sqlite3.Error as e:
             raise _error(self.path, f"cannot write: {e}", advice=_ADVICE_OTHER_CACHE) from e
 

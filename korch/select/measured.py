@@ -332,11 +332,9 @@ def selection_problem(options: Sequence[Option], steps: Mapping[str, Step], sett
 
 def problem_key(problem: Mapping[str, Sequence[str]]) -> str:
     """The selection problem's key (selection_problem_key) from its text (selection_problem)."""
-    h = hashlib.sha256(problem["head"][0].encode())
-    if problem["lines"]:
-        h.update(("[" + ", ".join(problem["lines"]) + "]").encode())
-    for row in problem["rows"]:
-        h.update(row.encode() + b"\n")
+    h = hashlib.sha256()
+    for part in ("head", "lines", "rows"):
+        h.update(f"|{part}|".encode() + "\n".join(problem[part]).encode())
     return h.hexdigest()
 
 
