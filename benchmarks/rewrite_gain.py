@@ -1,7 +1,7 @@
 """What korch's algebraic rewrites are worth to each engine: the model as given and as rewritten, side by side.
 
     python benchmarks/rewrite_gain.py MODEL [MODEL ...] [--threads 2] [--rounds 15] [--cache DIR]
-                                      [--engines onnxruntime,openvino]
+                                      [--engines onnxruntime,openvino] [--winograd-f2]
 
 MODEL is a zoo name (exported once under --cache) or an .onnx file with static shapes. The model is
 rewritten by korch/frontend/rewrites.py (the rules `korch optimize` applies before fission) and each
@@ -10,11 +10,15 @@ f32), timed side by side in one process (rounds of turns, each after a pause and
 `korch bench`'s protocol). Printed per model: the rewrites, each engine's medians with p10-p90 and
 the speedup as given / rewritten, and the rewritten model's largest error against onnxruntime's
 outputs of the model as given, relative to each output's scale, on a random input. Nothing is written.
+
+`--winograd-f2` adds a third form: rewritten with every Winograd layer in F(2x2, 3x3), none in
+F(4x4, 3x3) (`winograd_conv3x3`'s min_f4_tiles out of reach), and prints rules' form over it.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 from pathlib import Path
@@ -45,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--engines", default="onnxruntime,openvino")
     p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "korch")
+    p.add_argument("--winograd-f2", action="store_true", help="also time the rewrites with Winograd in F(2x2, 3x3) only")
     args = p.parse_args(argv)
 
     from engine_breakdown import fissioned, model_path
 
     from korch.frontend.onnx_import import load_model
-    from korch.frontend.rewrites import rewrite_model
+    from korch.frontend.rewrites import RULES, rewrite_model, winograd_conv3x3
     from korch.profile.timing import measure, side_by_side
     from korch.verify import diff_outputs, random_feeds, run_onnxruntime
 
@@ -71,19 +76,33 @@ def main(argv: list[str] | None = None) -> int:
         rewritten_path = Path(scratch.name) / "rewritten.onnx"
         onnx.save(rewritten, rewritten_path)
         fns = {}
+        f2_path = Path(scratch.name) / "f2.onnx"
+        if args.winograd_f2:
+            f2_only = functools.partial(winograd_conv3x3, min_f4_tiles=2**62)
+            f2, f2_notes = rewrite_model(model, rules=tuple(f2_only if r is winograd_conv3x3 else r for r in RULES))
+            print(f"(F(2x2, 3x3) only: {sum('Winograd' in n for n in f2_notes)} Winograd layer(s))")
+            onnx.save(f2, f2_path)
         for engine in engines:
             fns[f"{engine}, as given"] = engine_call(path, engine, args.threads, feeds)
             fns[f"{engine}, rewritten"] = engine_call(rewritten_path, engine, args.threads, feeds)
+            if args.winograd_f2:
+                fns[f"{engine}, F2"] = engine_call(f2_path, engine, args.threads, feeds)
         one = measure(next(iter(fns.values())), warmup=1, repeats=3).median_s
         timings = side_by_side(fns, args.rounds, one)
         print(f"\nrewritten vs as given, onnxruntime's outputs: max error {err:.1e} of each output's scale; "
               f"{args.threads} threads, side by side, {args.rounds} rounds\n")
-        print("| engine | as given ms (p10-p90) | rewritten ms (p10-p90) | as given / rewritten |")
-        print("|---|---|---|---:|")
+        def cell(t) -> str:
+            return f"{t.median_s * 1e3:.2f} ({t.p10_s * 1e3:.2f}-{t.p90_s * 1e3:.2f})"
+        extra = " rewritten, F(2x2) only ms (p10-p90) | F(2x2) only / rewritten |" if args.winograd_f2 else ""
+        print("| engine | as given ms (p10-p90) | rewritten ms (p10-p90) | as given / rewritten |" + extra)
+        print("|---|---|---|---:|" + ("---|---:|" if args.winograd_f2 else ""))
         for engine in engines:
             a, b = timings[f"{engine}, as given"], timings[f"{engine}, rewritten"]
-            print(f"| {engine} | {a.median_s * 1e3:.2f} ({a.p10_s * 1e3:.2f}-{a.p90_s * 1e3:.2f}) | "
-                  f"{b.median_s * 1e3:.2f} ({b.p10_s * 1e3:.2f}-{b.p90_s * 1e3:.2f}) | {a.median_s / b.median_s:.2f}x |")
+            row = f"| {engine} | {cell(a)} | {cell(b)} | {a.median_s / b.median_s:.2f}x |"
+            if args.winograd_f2:
+                c = timings[f"{engine}, F2"]
+                row += f" {cell(c)} | {c.median_s / b.median_s:.2f}x |"
+            print(row)
         print(flush=True)
         scratch.cleanup()
     return 0

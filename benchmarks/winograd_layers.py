@@ -1,6 +1,6 @@
 """What computing one 3x3 convolution by Winograd's F(2x2, 3x3) is worth to each engine, per layer shape.
 
-    python benchmarks/winograd_layers.py [--threads 2] [--rounds 15] [--layers C,K,H,W ...] [--compact]
+    python benchmarks/winograd_layers.py [--threads 2] [--rounds 15] [--layers C,K,H,W ...] [--compact] [--f4]
 
 Each layer is a model of one 3x3 stride-1 convolution (pads 1, bias) of C channels to K at HxW,
 batch 1, and the same model after korch's `winograd_conv3x3` rewrite (korch/frontend/rewrites.py),
@@ -10,6 +10,10 @@ hint, f32), side by side in one process (rounds of turns, each after a pause and
 `korch bench`'s protocol). Printed per layer: each engine's medians with p10-p90 and direct over
 Winograd, and the rewritten layer's largest error against the direct one relative to the output's
 scale, on a random input. The default layers are yolov4's and candy's 3x3 stride-1 shapes.
+
+The "winograd" form is the rule's F(2x2, 3x3) whatever the layer's size (its min_f4_tiles out of
+reach); `--f4` adds the rule's F(4x4, 3x3) (`_winograd_f4`: 4x4 output tiles, 36 products) on every
+layer, and prints direct over each form, so the two can be read side by side.
 
 `--compact` adds a third form of the same F(2x2, 3x3) in 9-10 nodes instead of the rule's 58: one
 grouped convolution makes all 16 transformed inputs (16 output channels per input channel), a
@@ -95,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", default="onnxruntime,openvino")
     p.add_argument("--layers", nargs="*", help="C,K,H,W each (default: yolov4's and candy's)")
     p.add_argument("--compact", action="store_true", help="also time F(2x2, 3x3) in 9-10 nodes (see above)")
+    p.add_argument("--f4", action="store_true", help="also time the rule's F(4x4, 3x3) on every layer")
     p.add_argument("--link", action="store_true", help="split the rounds by the core link read before each")
     args = p.parse_args(argv)
 
@@ -107,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
 
     layers = [tuple(int(v) for v in s.split(",")) for s in args.layers] if args.layers else LAYERS
     engines = args.engines.split(",")
-    forms = ("winograd", "compact") if args.compact else ("winograd",)
-    rule = functools.partial(winograd_conv3x3, min_channels=1)
+    forms = ("winograd",) + (("compact",) if args.compact else ()) + (("f4",) if args.f4 else ())
+    rule = functools.partial(winograd_conv3x3, min_channels=1, min_f4_tiles=2**62)
+    f4_rule = functools.partial(winograd_conv3x3, min_channels=1, min_f4_tiles=1)
     scratch = tempfile.TemporaryDirectory()
     read = None
     if args.link:
@@ -127,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         models = {"direct": model, "winograd": rewritten}
         if args.compact:
             models["compact"] = compact_model(c, k, h, w)
+        if args.f4:
+            models["f4"] = rewrite_model(model, rules=(f4_rule,))[0]
         feeds = {"x": np.random.default_rng(1).standard_normal((1, c, h, w)).astype(np.float32)}
         expected = run_onnxruntime(model, feeds)
         errors = [max(d.rel for d in diff_outputs(run_onnxruntime(models[f], feeds), expected)) for f in forms]

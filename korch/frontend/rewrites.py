@@ -684,6 +684,16 @@ _WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 # 208x208 0.54x and 0.39x.
 MIN_WINOGRAD_CHANNELS = 128
 
+# F(4x4, 3x3) instead of F(2x2, 3x3) where a layer's output has at least this many 4x4 tiles (13x13:
+# an output of ~50x50 pixels): its products take 2.25 multiplies per output where F(2x2, 3x3) takes 4,
+# but with few tiles the 36 matrix products are too narrow to run at the machine's rate, and the tiles
+# past the output are wasted work. Each layer alone, side by side at 2 threads, OpenVINO's F(4x4, 3x3)
+# over its F(2x2, 3x3) (benchmarks/winograd_layers.py --f4, 2026-12-06): 52x52 to 104x104 1.10-1.25x,
+# 26x26 0.98-1.04x, 13x13 0.87-0.92x; onnxruntime's 1.0-1.6x on all of them. Whole models (rewrite_gain.py
+# --winograd-f2), OpenVINO: candy (ten layers at 56x56) 1.09x; yolov4 1.00x at this gate (its 11 layers
+# of 52x52), 0.96x with its 26x26 layers too.
+MIN_F4_TILES = 169
+
 
 def _winograd_weights(w: np.ndarray) -> np.ndarray:
     """G w G^T for every filter of w [M, C, 3, 3], as [4, 4, M, C] in float64: one product of the
@@ -693,9 +703,11 @@ def _winograd_weights(w: np.ndarray) -> np.ndarray:
     return (np.kron(_WINOGRAD_G, _WINOGRAD_G) @ w.reshape(m * c, 9).T.astype(np.float64)).reshape(4, 4, m, c)
 
 
-def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WINOGRAD_CHANNELS) -> Rewrite | None:
-    """A dense 3x3 stride-1 convolution of at least `min_channels` in and out computed by
-    Winograd's F(2x2, 3x3), in standard ONNX ops an engine runs at its matrix rate:
+def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WINOGRAD_CHANNELS,
+                     min_f4_tiles: int = MIN_F4_TILES) -> Rewrite | None:
+    """A dense 3x3 stride-1 convolution of at least `min_channels` in and out computed by Winograd's
+    minimal filtering, in standard ONNX ops an engine runs at its matrix rate: F(4x4, 3x3) where
+    its output has at least `min_f4_tiles` tiles of 4x4 (`_winograd_f4`), else F(2x2, 3x3):
 
         v_ij = depthwise conv 4x4, stride 2, of x with the filter outer(B^T_i, B^T_j)   (16 of them)
         m_ij = conv 1x1 of v_ij with U_ij = (G w G^T)_ij                                 (16 products)
@@ -722,6 +734,8 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WI
     bias = g.array(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if len(node.input) > 2 and node.input[2] and bias is None:
         return None
+    if -(-y_shape[2] // 4) * -(-y_shape[3] // 4) >= min_f4_tiles:
+        return _winograd_f4(g, node, g.array(node.input[1]), bias is not None)
     w = g.array(node.input[1])
     m, c = w.shape[:2]
     n, _, ho, wo = y_shape
@@ -776,6 +790,83 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WI
     # no flops floor: a yolov4 layer saves 0.4 of 60 GFLOP, under MIN_SAVED_FRACTION, and 33 of them 20
     return Rewrite("winograd_conv3x3", (node.output[0], node.output[0]), tuple(nodes), tuple(inits), note)
 
+
+
+# F(4x4, 3x3) (Lavin and Gray, 2016; interpolation points 0, +-1, +-2, infinity): a 4x4 output tile from
+# the 6x6 input tile over it, 36 products per channel pair where the direct sum takes 144. Entries up
+# to 5 in B^T, 8 in A^T and 1/24 in G round more than F(2x2, 3x3) does: a layer lands 5-1e-5 of its
+# output's scale from the direct sum (benchmarks/winograd_layers.py), against 3-6e-7.
+_WINOGRAD4_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                          [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)
+_WINOGRAD4_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                         [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64)
+_WINOGRAD4_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                         np.float64)
+
+
+def _winograd_f4(g: _Graph, node: onnx.NodeProto, w: np.ndarray, has_bias: bool) -> Rewrite:
+    """`node` (checked by winograd_conv3x3) by F(4x4, 3x3):
+
+        r_i  = depthwise conv 6x1, stride (4, 1), of x with the taps B^T_i           (6: the tile rows)
+        v_ij = depthwise conv 1x6, stride (1, 4), of r_i with the taps B^T_j         (36)
+        m_ij = conv 1x1 of v_ij with U_ij = (G w G^T)_ij                             (36 products)
+        y    = DepthToSpace_4(MatMul(A^T (x) A^T, concat(m_ij)))                     (the 16 output positions)
+
+    The input transform in two passes of 6 taps (the same sums as one of 36 taps per tile, in another
+    order); the output transform as one matrix product over the 36 products, laid side by side by the
+    concat, instead of F(2x2, 3x3)'s adds (its coefficients are not +-1). The bias enters m_11, whose
+    coefficient is 1 in every output position. Tiles past the output are cropped."""
+    m, c = w.shape[:2]
+    n, _, ho, wo = g.shapes[node.output[0]]
+    th, tw = -(-ho // 4), -(-wo // 4)
+    top, left, bottom, right = _attr(node, "pads", [0, 0, 0, 0])
+    u = (np.kron(_WINOGRAD4_G, _WINOGRAD4_G) @ w.reshape(m * c, 9).T.astype(np.float64)).reshape(36, m, c)
+    u = u.astype(w.dtype)
+    base = node.name or node.output[0]
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+
+    def constant(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), g.fresh(name)))
+        return inits[-1].name
+
+    def op(op_type: str, inputs: list[str], out: str | None = None, **attrs: object) -> str:
+        out = out or g.fresh(f"{node.output[0]}_winograd")
+        nodes.append(helper.make_node(op_type, inputs, [out], name=g.fresh(f"{base}_winograd"), **attrs))
+        return out
+
+    rows = [op("Conv", [node.input[0], constant(f"{node.input[1]}_winograd_rows_{i}",
+                                                np.broadcast_to(_WINOGRAD4_BT[i][:, None], (c, 1, 6, 1)).astype(w.dtype))],
+               kernel_shape=[6, 1], strides=[4, 1], group=c,
+               pads=[top, left, bottom + 4 * th - ho, right + 4 * tw - wo]) for i in range(6)]
+    products = []
+    for i in range(6):
+        for j in range(6):
+            v = op("Conv", [rows[i], constant(f"{node.input[1]}_winograd_cols_{i}{j}",
+                                              np.broadcast_to(_WINOGRAD4_BT[j][None, :], (c, 1, 1, 6)).astype(w.dtype))],
+                   kernel_shape=[1, 6], strides=[1, 4], group=c)
+            inputs = [v, constant(f"{node.input[1]}_winograd_{i}{j}", u[6 * i + j][:, :, None, None])]
+            if has_bias and (i, j) == (1, 1):
+                inputs.append(node.input[2])
+            products.append(op("Conv", inputs, kernel_shape=[1, 1]))
+    side = op("Reshape", [op("Concat", products, axis=1), constant(f"{node.output[0]}_winograd_side",
+                                                                    np.array([n, 36, m * th * tw], np.int64))])
+    positions = np.kron(_WINOGRAD4_AT, _WINOGRAD4_AT).astype(w.dtype)          # [16, 36]: position 4p+q, product 6i+j
+    y16 = op("MatMul", [constant(f"{node.output[0]}_winograd_at", positions), side])
+    odd = ho % 4 or wo % 4
+    spread = op("DepthToSpace", [op("Reshape", [y16, constant(f"{node.output[0]}_winograd_tiles",
+                                                               np.array([n, 16 * m, th, tw], np.int64))])],
+                None if odd else node.output[0], blocksize=4, mode="DCR")
+    if odd:
+        crop = [constant(f"{node.output[0]}_winograd_{s}", np.array(v, np.int64))
+                for s, v in (("starts", [0, 0]), ("ends", [ho, wo]), ("axes", [2, 3]))]
+        op("Slice", [spread, *crop], node.output[0])
+    before = 2.0 * n * m * c * 9 * ho * wo
+    after = 2.0 * n * th * tw * (36 * m * c + 12 * 6 * c + 16 * 36 * m)
+    note = (f"{base}: a 3x3 Conv ({c} -> {m} channels, {ho}x{wo}) by Winograd's F(4x4, 3x3): 42 depthwise input "
+            f"transforms, 36 1x1 Convs, the output tiles by one MatMul and DepthToSpace ({_flops(before)} -> "
+            f"{_flops(after)})")
+    return Rewrite("winograd_conv3x3", (node.output[0], node.output[0]), tuple(nodes), tuple(inits), note)
 
 Rule = Callable[[_Graph, onnx.NodeProto], Rewrite | None]
 RULES: tuple[Rule, ...] = (conv_over_upsampled_concat, pointwise_conv_into_token_matmul, space_to_depth_conv,

@@ -4,6 +4,7 @@ a wide 3x3 convolution by Winograd's F(2x2, 3x3); rewrites applied together wher
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from korch import zoo
 from korch.backends.reference import run_graph
 from korch.errors import ModelLoadError
 from korch.frontend.onnx_import import load_model
-from korch.frontend.rewrites import Rewrite, _independent, rewrite_model
+from korch.frontend.rewrites import MIN_F4_TILES, Rewrite, _independent, rewrite_model, winograd_conv3x3
 from korch.pipeline import rewrite_checked, run_fission
 from korch.settings import AccuracyPolicy
 from korch.verify import random_feeds, run_onnxruntime
@@ -501,18 +502,58 @@ WINOGRAD_RTOL = 2e-6      # fp32 transforms and 16-term sums in another order: 3
 def test_a_wide_3x3_conv_is_computed_by_winograd_f2x2_3x3(variant: dict) -> None:
     model = _conv3x3_model(**variant)
     rewritten, notes = rewrite_model(model)
-    assert len(notes) == 1 and "Winograd" in notes[0], notes
+    assert len(notes) == 1 and "F(2x2, 3x3)" in notes[0], notes
     ops = [n.op_type for n in rewritten.graph.node]
     assert ops.count("Conv") == 32 and ops.count("DepthToSpace") == 1 and ops[-1] == "Relu", ops
     assert ("Slice" in ops) == (variant.get("size", (6, 8)) == (7, 9) or "pads" in variant and variant["pads"] != (
         0, 0, 0, 0)), ops
+    _agrees_at_the_borders(model, rewritten, WINOGRAD_RTOL)
+
+
+def _agrees_at_the_borders(model: onnx.ModelProto, rewritten: onnx.ModelProto, rtol: float) -> None:
+    """The rewritten conv model is valid and gives the model's outputs within `rtol` of their scale on
+    two random inputs whose first row and last column differ from the inside (the pads and the last
+    tiles matter)."""
     onnx.checker.check_model(rewritten)
     for seed in (1, 2):
         feeds = _feeds(model, seed)
-        feeds["x"][..., 0, :] += 2.0            # a border unlike the inside: the pads and the last tile matter
+        feeds["x"][..., 0, :] += 2.0
         feeds["x"][..., :, -1] -= 3.0
         want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
-        assert _rel(got, want) <= WINOGRAD_RTOL and float(np.std(want)) > 0.1
+        assert _rel(got, want) <= rtol and float(np.std(want)) > 0.1
+
+
+WINOGRAD_F4_RTOL = 2e-5   # transforms with entries to 8 and 1/24: 3-1e-5 of the output's scale measured
+
+
+@pytest.mark.parametrize("variant", [dict(), dict(size=(7, 9)), dict(pads=(0, 0, 0, 0)), dict(pads=(1, 0, 2, 1)),
+                                     dict(bias=False), dict(batch=2), dict(reflect=True), dict(c=160, m=130)],
+                         ids=["same", "odd", "valid", "uneven pads", "no bias", "batch 2", "reflect pad", "160->130"])
+def test_a_wide_3x3_conv_with_enough_tiles_is_computed_by_winograd_f4x4_3x3(variant: dict) -> None:
+    """F(4x4, 3x3), as the rule writes it for a layer of at least MIN_F4_TILES output tiles (forced here
+    on small images; the default's choice by size is the next test's): 6 + 36 depthwise transforms, 36
+    products, one MatMul for the 16 output positions; tiles past the output cropped."""
+    model = _conv3x3_model(**variant)
+    rule = functools.partial(winograd_conv3x3, min_f4_tiles=1)
+    rewritten, notes = rewrite_model(model, rules=(rule,))
+    assert len(notes) == 1 and "F(4x4, 3x3)" in notes[0], notes
+    ops = [n.op_type for n in rewritten.graph.node]
+    assert ops.count("Conv") == 78 and ops.count("MatMul") == 1 and ops.count("DepthToSpace") == 1, ops
+    size = variant.get("size", (6, 8))
+    out = [size[k] + sum(variant.get("pads", (1, 1, 1, 1))[k::2]) - 2 for k in (0, 1)]
+    if variant.get("reflect"):
+        out = list(size)
+    assert ("Slice" in ops) == (out[0] % 4 != 0 or out[1] % 4 != 0), (ops, out)
+    _agrees_at_the_borders(model, rewritten, WINOGRAD_F4_RTOL)
+
+
+def test_winograd_takes_f4x4_where_the_output_has_enough_tiles_and_f2x2_below() -> None:
+    small = _conv3x3_model(size=(4 * 12, 4 * 14))                     # 168 tiles of 4x4: one short
+    large = _conv3x3_model(size=(4 * 13, 4 * 13))                     # 169
+    (_, small_notes), (_, large_notes) = rewrite_model(small), rewrite_model(large)
+    assert MIN_F4_TILES == 169
+    assert len(small_notes) == 1 and "F(2x2, 3x3)" in small_notes[0], small_notes
+    assert len(large_notes) == 1 and "F(4x4, 3x3)" in large_notes[0], large_notes
 
 
 @pytest.mark.parametrize("variant", [dict(c=64), dict(m=96), dict(stride=2), dict(group=2), dict(dilation=2, pads=(2,) * 4),
