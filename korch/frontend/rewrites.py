@@ -55,6 +55,7 @@ runs ~274 ms, korch/profile/link.py).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -871,6 +872,13 @@ def _winograd_f4(g: _Graph, node: onnx.NodeProto, w: np.ndarray, has_bias: bool)
 Rule = Callable[[_Graph, onnx.NodeProto], Rewrite | None]
 RULES: tuple[Rule, ...] = (conv_over_upsampled_concat, pointwise_conv_into_token_matmul, space_to_depth_conv,
                           conv_over_nearest_upsample, channel_first_linear_attention, winograd_conv3x3)
+# RULES with every Winograd layer in F(2x2, 3x3), whose transforms round 10-20x less than F(4x4, 3x3)'s:
+# what a rewritten model that misses the accuracy policy with F(4x4, 3x3) layers in it is tried with
+# before every rewrite is dropped (pipeline.run_fission). yolov4 with its 11 F(4x4, 3x3) layers is
+# 5-6e-4 of its outputs' scale from onnxruntime, whose own error is ~3e-4 (1.4e-4 in F(2x2, 3x3) only).
+F2_RULES_NAME = "Winograd in F(2x2, 3x3) only"
+F2_RULES: tuple[Rule, ...] = tuple(functools.partial(winograd_conv3x3, min_f4_tiles=2**62) if r is winograd_conv3x3
+                                   else r for r in RULES)
 
 
 def linear_flops(g: _Graph) -> float:

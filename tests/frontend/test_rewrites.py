@@ -616,6 +616,28 @@ def test_a_passed_rewrite_check_is_remembered_and_another_model_is_checked(tmp_p
     assert again.model.SerializeToString() == first.model.SerializeToString()
 
 
+def test_rewrites_whose_f4x4_winograd_misses_the_accuracy_policy_are_taken_with_f2x2(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """F(4x4, 3x3) rounds 10-20x more than F(2x2, 3x3): a model whose F(4x4, 3x3) form misses the
+    policy (here a strict one: 2e-6, F(4x4, 3x3) lands ~7e-6, F(2x2, 3x3) ~4e-7) is rewritten with
+    F(2x2, 3x3) only, not left as given; the verdict is remembered for that form."""
+    from korch.profile.database import ProfileDB
+
+    model = _conv3x3_model(size=(52, 52))                                 # 169 output tiles of 4x4
+    strict = AccuracyPolicy(rtol=2e-6, fp32_factor=1.0)
+    assert "F(4x4, 3x3)" in run_fission(model, rewrite=True).rewrites[0]     # the default policy takes it
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, logger="korch.pipeline"):
+        first = run_fission(model, rewrite=True, accuracy=strict, db=db)
+        assert "F(4x4, 3x3) missed the accuracy policy" in caplog.text
+        caplog.clear()
+        again = run_fission(model, rewrite=True, accuracy=strict, db=db)
+        assert "F(2x2, 3x3) only, passed their check on this model before" in caplog.text
+    assert len(first.rewrites) == 1 and "F(2x2, 3x3)" in first.rewrites[0] and first.original is not None
+    assert again.model.SerializeToString() == first.model.SerializeToString()
+    feeds = _feeds(model, 3)
+    assert _rel(run_onnxruntime(first.model, feeds)["y"], run_onnxruntime(model, feeds)["y"]) <= WINOGRAD_RTOL
+
+
 def test_the_rewrite_check_runs_a_model_file_as_onnxruntime_reads_it(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A model from a file is run by onnxruntime from that file in the rewrite check, not serialized
