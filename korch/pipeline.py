@@ -27,7 +27,7 @@ from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.onnx_import import model_digest, read_model
 from korch.frontend.regions import OnnxSource, share_weights
-from korch.frontend.rewrites import F2_RULES, F2_RULES_NAME, rewrite_model
+from korch.frontend.rewrites import F2_RULES, F2_RULES_NAME, rewrite_model, uses_f4
 from korch.heap import peak_rss_mib
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
@@ -157,7 +157,7 @@ def _checked_rewrites(original: onnx.ModelProto, rewritten: onnx.ModelProto, rew
     if key is not None and db.rewrites_passed(key):
         log.info("rewrites: passed their check on this model before")
         return rewritten, rewrites
-    f4 = any("F(4x4, 3x3)" in r for r in rewrites)
+    f4 = uses_f4(rewrites)
     closer_key = None if key is None else f"{key}|{F2_RULES_NAME}"
     if f4 and closer_key is not None and db.rewrites_passed(closer_key):
         log.info("rewrites: with Winograd in F(2x2, 3x3) only, passed their check on this model before")

@@ -735,27 +735,16 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WI
     bias = g.array(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if len(node.input) > 2 and node.input[2] and bias is None:
         return None
-    if -(-y_shape[2] // 4) * -(-y_shape[3] // 4) >= min_f4_tiles:
-        return _winograd_f4(g, node, g.array(node.input[1]), bias is not None)
     w = g.array(node.input[1])
+    if -(-y_shape[2] // 4) * -(-y_shape[3] // 4) >= min_f4_tiles:
+        return _winograd_f4(g, node, w, bias is not None)
     m, c = w.shape[:2]
     n, _, ho, wo = y_shape
     th, tw = -(-ho // 2), -(-wo // 2)                      # output tiles of 2x2
     top, left, bottom, right = _attr(node, "pads", [0, 0, 0, 0])
     u = np.ascontiguousarray(_winograd_weights(w), dtype=w.dtype)
-    base = node.name or node.output[0]
-    nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
-
-    def constant(name: str, value: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(value, g.fresh(name)))
-        return inits[-1].name
-
-    def op(op_type: str, inputs: list[str], out: str | None = None, **attrs: object) -> str:
-        out = out or g.fresh(f"{node.output[0]}_winograd")
-        nodes.append(helper.make_node(op_type, inputs, [out], name=g.fresh(f"{base}_winograd"), **attrs))
-        return out
-
+    emit = _WinogradNodes(g, node)
+    constant, op = emit.constant, emit.op
     products = {}
     for i in range(4):
         for j in range(4):
@@ -776,27 +765,55 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WI
             for p in range(2) for j in range(4)}
     parities = [combine([(_WINOGRAD_AT[q, j], rows[p, j]) for j in range(4) if _WINOGRAD_AT[q, j]])
                 for p in range(2) for q in range(2)]
-    odd = ho % 2 or wo % 2
-    spread = op("DepthToSpace", [op("Concat", parities, axis=1)], None if odd else node.output[0], blocksize=2,
-                mode="DCR")
-    if odd:
-        crop = [constant(f"{node.output[0]}_winograd_{s}", np.array(v, np.int64))
-                for s, v in (("starts", [0, 0]), ("ends", [ho, wo]), ("axes", [2, 3]))]
-        op("Slice", [spread, *crop], node.output[0])
+    emit.interleave(op("Concat", parities, axis=1), 2, ho, wo)
     before = 2.0 * n * m * c * 9 * ho * wo
     after = 2.0 * n * th * tw * (16 * m * c + 16 * 16 * c) + 24.0 * n * th * tw * m
-    note = (f"{base}: a 3x3 Conv ({c} -> {m} channels, {ho}x{wo}) by Winograd's F(2x2, 3x3): 16 depthwise input "
-            f"transforms, 16 1x1 Convs, the output tiles interleaved by DepthToSpace ({_flops(before)} -> "
+    note = (f"{emit.base}: a 3x3 Conv ({c} -> {m} channels, {ho}x{wo}) by Winograd's F(2x2, 3x3): 16 depthwise "
+            f"input transforms, 16 1x1 Convs, the output tiles interleaved by DepthToSpace ({_flops(before)} -> "
             f"{_flops(after)})")
     # no flops floor: a yolov4 layer saves 0.4 of 60 GFLOP, under MIN_SAVED_FRACTION, and 33 of them 20
-    return Rewrite("winograd_conv3x3", (node.output[0], node.output[0]), tuple(nodes), tuple(inits), note)
+    return emit.rewrite(note)
 
+
+class _WinogradNodes:
+    """The nodes and initializers a Winograd rewrite of `node` adds, each named fresh in `g`."""
+
+    def __init__(self, g: _Graph, node: onnx.NodeProto) -> None:
+        self.g, self.node = g, node
+        self.base = node.name or node.output[0]
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+
+    def constant(self, name: str, value: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), self.g.fresh(name)))
+        return self.inits[-1].name
+
+    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs: object) -> str:
+        out = out or self.g.fresh(f"{self.node.output[0]}_winograd")
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=self.g.fresh(f"{self.base}_winograd"), **attrs))
+        return out
+
+    def interleave(self, tiles: str, block: int, ho: int, wo: int) -> None:
+        """The node's output from `tiles` (the block x block output positions as channels, DCR order)
+        by DepthToSpace, cropped to ho x wo where the tiles reach past it."""
+        out = self.node.output[0]
+        odd = ho % block or wo % block
+        spread = self.op("DepthToSpace", [tiles], None if odd else out, blocksize=block, mode="DCR")
+        if odd:
+            crop = [self.constant(f"{out}_winograd_{s}", np.array(v, np.int64))
+                    for s, v in (("starts", [0, 0]), ("ends", [ho, wo]), ("axes", [2, 3]))]
+            self.op("Slice", [spread, *crop], out)
+
+    def rewrite(self, note: str) -> Rewrite:
+        return Rewrite("winograd_conv3x3", (self.node.output[0], self.node.output[0]), tuple(self.nodes),
+                       tuple(self.inits), note)
 
 
 # F(4x4, 3x3) (Lavin and Gray, 2016; interpolation points 0, +-1, +-2, infinity): a 4x4 output tile from
 # the 6x6 input tile over it, 36 products per channel pair where the direct sum takes 144. Entries up
-# to 5 in B^T, 8 in A^T and 1/24 in G round more than F(2x2, 3x3) does: a layer lands 5-1e-5 of its
-# output's scale from the direct sum (benchmarks/winograd_layers.py), against 3-6e-7.
+# to 5 in B^T, 8 in A^T and 1/24 in G round more than F(2x2, 3x3) does: a layer lands 4-8e-6 of its
+# output's scale from the direct sum (benchmarks/winograd_layers.py --f4), against 3-4e-7.
+F4_FORM = "F(4x4, 3x3)"
 _WINOGRAD4_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
                           [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)
 _WINOGRAD4_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
@@ -823,19 +840,8 @@ def _winograd_f4(g: _Graph, node: onnx.NodeProto, w: np.ndarray, has_bias: bool)
     top, left, bottom, right = _attr(node, "pads", [0, 0, 0, 0])
     u = (np.kron(_WINOGRAD4_G, _WINOGRAD4_G) @ w.reshape(m * c, 9).T.astype(np.float64)).reshape(36, m, c)
     u = u.astype(w.dtype)
-    base = node.name or node.output[0]
-    nodes: list[onnx.NodeProto] = []
-    inits: list[onnx.TensorProto] = []
-
-    def constant(name: str, value: np.ndarray) -> str:
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), g.fresh(name)))
-        return inits[-1].name
-
-    def op(op_type: str, inputs: list[str], out: str | None = None, **attrs: object) -> str:
-        out = out or g.fresh(f"{node.output[0]}_winograd")
-        nodes.append(helper.make_node(op_type, inputs, [out], name=g.fresh(f"{base}_winograd"), **attrs))
-        return out
-
+    emit = _WinogradNodes(g, node)
+    constant, op = emit.constant, emit.op
     rows = [op("Conv", [node.input[0], constant(f"{node.input[1]}_winograd_rows_{i}",
                                                 np.broadcast_to(_WINOGRAD4_BT[i][:, None], (c, 1, 6, 1)).astype(w.dtype))],
                kernel_shape=[6, 1], strides=[4, 1], group=c,
@@ -854,20 +860,20 @@ def _winograd_f4(g: _Graph, node: onnx.NodeProto, w: np.ndarray, has_bias: bool)
                                                                     np.array([n, 36, m * th * tw], np.int64))])
     positions = np.kron(_WINOGRAD4_AT, _WINOGRAD4_AT).astype(w.dtype)          # [16, 36]: position 4p+q, product 6i+j
     y16 = op("MatMul", [constant(f"{node.output[0]}_winograd_at", positions), side])
-    odd = ho % 4 or wo % 4
-    spread = op("DepthToSpace", [op("Reshape", [y16, constant(f"{node.output[0]}_winograd_tiles",
-                                                               np.array([n, 16 * m, th, tw], np.int64))])],
-                None if odd else node.output[0], blocksize=4, mode="DCR")
-    if odd:
-        crop = [constant(f"{node.output[0]}_winograd_{s}", np.array(v, np.int64))
-                for s, v in (("starts", [0, 0]), ("ends", [ho, wo]), ("axes", [2, 3]))]
-        op("Slice", [spread, *crop], node.output[0])
+    emit.interleave(op("Reshape", [y16, constant(f"{node.output[0]}_winograd_tiles",
+                                                 np.array([n, 16 * m, th, tw], np.int64))]), 4, ho, wo)
     before = 2.0 * n * m * c * 9 * ho * wo
     after = 2.0 * n * th * tw * (36 * m * c + 12 * 6 * c + 16 * 36 * m)
-    note = (f"{base}: a 3x3 Conv ({c} -> {m} channels, {ho}x{wo}) by Winograd's F(4x4, 3x3): 42 depthwise input "
-            f"transforms, 36 1x1 Convs, the output tiles by one MatMul and DepthToSpace ({_flops(before)} -> "
+    note = (f"{emit.base}: a 3x3 Conv ({c} -> {m} channels, {ho}x{wo}) by Winograd's {F4_FORM}: 42 depthwise "
+            f"input transforms, 36 1x1 Convs, the output tiles by one MatMul and DepthToSpace ({_flops(before)} -> "
             f"{_flops(after)})")
-    return Rewrite("winograd_conv3x3", (node.output[0], node.output[0]), tuple(nodes), tuple(inits), note)
+    return emit.rewrite(note)
+
+
+def uses_f4(notes: Iterable[str]) -> bool:
+    """Whether rewrite_model's notes tell of a Winograd layer in F(4x4, 3x3)."""
+    return any(F4_FORM in note for note in notes)
+
 
 Rule = Callable[[_Graph, onnx.NodeProto], Rewrite | None]
 RULES: tuple[Rule, ...] = (conv_over_upsampled_concat, pointwise_conv_into_token_matmul, space_to_depth_conv,
