@@ -77,6 +77,16 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
+def _fissions_to_the_model_as_given(model: onnx.ModelProto, result, seed: int) -> None:
+    """`result` (run_fission of `model` with rewrite and verify) passed its check, and its primitive
+    graph gives onnxruntime's outputs of `model` as given on a fresh random input."""
+    assert result.verify is not None and result.verify.ok, result.verify
+    feeds = random_feeds(result.graph, seed=seed)
+    got, want = run_graph(result.graph, feeds), run_onnxruntime(model, feeds)
+    for name, w in want.items():
+        assert _rel(got[name], w) <= 1e-4 and float(np.std(w)) > 0
+
+
 def test_conv_over_upsampled_concat_splits_per_branch_and_agrees_with_the_model() -> None:
     model = _model()
     rewritten, notes = rewrite_model(model)
@@ -158,12 +168,7 @@ def test_segformer_decoder_is_rewritten_and_fissions_to_the_model_as_given() -> 
     assert 1 <= sum("folded into the token MatMul" in r for r in result.rewrites) <= 4, result.rewrites
     assert result.original is not None and not any(n.op_type == "Concat" and n.output[0] == "cat"
                                                    for n in result.model.graph.node)
-    assert result.verify is not None and result.verify.ok, result.verify
-    feeds = random_feeds(result.graph, seed=5)
-    got = run_graph(result.graph, feeds)
-    want = run_onnxruntime(model, feeds)
-    for name, w in want.items():
-        assert _rel(got[name], w) <= 1e-4
+    _fissions_to_the_model_as_given(model, result, seed=5)
 
 
 def _token_model(k: int = 6, c: int = 8, m: int = 5, image_read_twice: bool = False) -> onnx.ModelProto:
@@ -336,11 +341,7 @@ def test_candy_decoder_convs_become_subpixel_convs_and_fission_to_the_model_as_g
     result = run_fission(model, rewrite=True, verify=True, seed=6)
     assert sum("four 2x2 Convs" in r for r in result.rewrites) == 2, result.rewrites
     assert not any(n.op_type == "Resize" for n in result.model.graph.node)
-    assert result.verify is not None and result.verify.ok, result.verify
-    feeds = random_feeds(result.graph, seed=7)
-    got, want = run_graph(result.graph, feeds), run_onnxruntime(model, feeds)
-    for name, w in want.items():
-        assert _rel(got[name], w) <= 1e-4
+    _fissions_to_the_model_as_given(model, result, seed=7)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
@@ -452,11 +453,7 @@ def test_efficientvit_attention_runs_channel_first_and_fissions_to_the_model_as_
     before = sum(1 for n in model.graph.node if n.op_type == "Transpose")
     after = sum(1 for n in result.model.graph.node if n.op_type == "Transpose")
     assert after == before - 2 * attention
-    assert result.verify is not None and result.verify.ok, result.verify
-    feeds = random_feeds(result.graph, seed=9)
-    got, want = run_graph(result.graph, feeds), run_onnxruntime(model, feeds)
-    for name, w in want.items():
-        assert _rel(got[name], w) <= 1e-4
+    _fissions_to_the_model_as_given(model, result, seed=9)
 
 
 def _conv3x3_model(*, c: int = 128, m: int = 128, size: tuple[int, int] = (6, 8), pads: tuple[int, ...] = (1, 1, 1, 1),
@@ -687,3 +684,80 @@ def test_a_model_digest_changes_with_any_weight_byte_or_node_and_not_with_a_copy
     digests = {model_digest(m) for m in (model, one_weight, pads, renamed)}
     assert len(digests) == 4
     assert model.graph.initializer[0].HasField("raw_data")         # the argument is left as it was
+
+
+def _attention_model(*, index: int = -1, t: int = 12, d: int = 16, heads: int = 2, gathered_out: bool = False,
+                     softmax_over_tokens: bool = False, index_shape: tuple[int, ...] = ()) -> onnx.ModelProto:
+    """One pre-norm attention block over x [1, t, d] (q, k, v, heads by Reshape and Transpose, scaled
+    Softmax, output projection, residual), a LayerNormalization, then Gather of token `index` and a head."""
+    rng = np.random.default_rng(11)
+    dh = d // heads
+
+    def w(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32), name)
+    inits = [w("Wq", d, d), w("Wk", d, d), w("Wv", d, d), w("Wo", d, d), w("Wh", d, 5),
+             numpy_helper.from_array(rng.standard_normal(d).astype(np.float32), "bq"),
+             numpy_helper.from_array(np.ones(d, np.float32), "gamma"),
+             numpy_helper.from_array(np.zeros(d, np.float32), "beta"),
+             numpy_helper.from_array(np.array([1, t, heads, dh], np.int64), "heads"),
+             numpy_helper.from_array(np.array([1, t, d], np.int64), "merged"),
+             numpy_helper.from_array(np.array(dh ** -0.5, np.float32), "scale"),
+             numpy_helper.from_array(np.full(index_shape, index, np.int64), "index")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1),
+             helper.make_node("MatMul", ["ln", "Wq"], ["q0"]), helper.make_node("Add", ["q0", "bq"], ["q1"]),
+             helper.make_node("MatMul", ["ln", "Wk"], ["k0"]), helper.make_node("MatMul", ["ln", "Wv"], ["v0"]),
+             helper.make_node("Reshape", ["q1", "heads"], ["q2"]), helper.make_node("Reshape", ["k0", "heads"], ["k2"]),
+             helper.make_node("Reshape", ["v0", "heads"], ["v2"]),
+             helper.make_node("Transpose", ["q2"], ["q"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["k2"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["v2"], ["v"], perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+             helper.make_node("Softmax", ["s1"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o0"]),
+             helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["o1", "merged"], ["o2"]), helper.make_node("MatMul", ["o2", "Wo"], ["o3"]),
+             helper.make_node("Add", ["x", "o3"], ["res"])]
+    if softmax_over_tokens:
+        nodes.append(helper.make_node("Softmax", ["res"], ["top"], axis=1))
+    else:
+        nodes.append(helper.make_node("LayerNormalization", ["res", "gamma", "beta"], ["top"], axis=-1))
+    nodes += [helper.make_node("Gather", ["top", "index"], ["token"], axis=1),
+              helper.make_node("MatMul", ["token", "Wh"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, *index_shape, 5])]
+    if gathered_out:
+        outputs.append(helper.make_tensor_value_info("top", TensorProto.FLOAT, [1, t, d]))
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, t, d])],
+                              outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    return load_model(model)
+
+
+@pytest.mark.parametrize("index", [-1, 0, 5])
+def test_one_gathered_token_is_computed_alone_where_nothing_else_reads_its_rows(index: int) -> None:
+    model = _attention_model(index=index)
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and f"position {index % 12} of axis 1 gathered" in notes[0], notes
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in rewritten.graph.value_info}
+    # the query, its attention row, projection and residual for the one token; keys and values for all 12
+    assert shapes["q"] == [1, 2, 1, 8] and shapes["p"] == [1, 2, 1, 12] and shapes["res"] == [1, 1, 16], shapes
+    assert shapes["kt"] == [1, 2, 8, 12] and shapes["v"] == [1, 2, 12, 8], shapes
+    assert sum(n.op_type == "Slice" for n in rewritten.graph.node) == 2      # ln for the query, x for the residual
+    for seed in (1, 2):
+        feeds = _feeds(model, seed)
+        want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
+        assert got.shape == want.shape and _rel(got, want) <= RTOL and float(np.std(want)) > 0.1
+
+
+@pytest.mark.parametrize("variant", [{"gathered_out": True}, {"softmax_over_tokens": True}, {"index_shape": (2,)}],
+                         ids=["the rows read whole elsewhere", "a softmax over the tokens", "more than one index"])
+def test_a_gathered_token_stays_as_given_where_it_needs_every_row(variant: dict) -> None:
+    model = _attention_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert notes == () and rewritten is model
+
+
+def test_vit_class_token_is_computed_alone_in_the_last_block_and_fissions_to_the_model_as_given() -> None:
+    model = zoo.to_model_proto("vit-mini")
+    result = run_fission(model, rewrite=True, verify=True, seed=8)
+    assert any("position 0 of axis 1 gathered" in r for r in result.rewrites), result.rewrites
+    _fissions_to_the_model_as_given(model, result, seed=9)
