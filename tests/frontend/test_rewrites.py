@@ -687,11 +687,25 @@ def test_a_model_digest_changes_with_any_weight_byte_or_node_and_not_with_a_copy
 
 
 def _attention_model(*, index: int = -1, t: int = 12, d: int = 16, heads: int = 2, gathered_out: bool = False,
-                     softmax_over_tokens: bool = False, index_shape: tuple[int, ...] = ()) -> onnx.ModelProto:
+                     softmax_over_tokens: bool = False, index_shape: tuple[int, ...] = (),
+                     opset: int = 18) -> onnx.ModelProto:
     """One pre-norm attention block over x [1, t, d] (q, k, v, heads by Reshape and Transpose, scaled
-    Softmax, output projection, residual), a LayerNormalization, then Gather of token `index` and a head."""
+    Softmax, output projection, residual), a layer norm, then Gather of token `index` and a head. The
+    norms are LayerNormalization from opset 17 on, and ReduceMean, Sub, Mul, Add, Sqrt, Div before (as
+    older exporters write them)."""
     rng = np.random.default_rng(11)
     dh = d // heads
+
+    def norm(x: str, y: str) -> list[onnx.NodeProto]:
+        if opset >= 17:
+            return [helper.make_node("LayerNormalization", [x, "gamma", "beta"], [y], axis=-1)]
+        return [helper.make_node("ReduceMean", [x], [f"{y}_mean"], axes=[-1]),
+                helper.make_node("Sub", [x, f"{y}_mean"], [f"{y}_c"]),
+                helper.make_node("Mul", [f"{y}_c", f"{y}_c"], [f"{y}_sq"]),
+                helper.make_node("ReduceMean", [f"{y}_sq"], [f"{y}_var"], axes=[-1]),
+                helper.make_node("Add", [f"{y}_var", "eps"], [f"{y}_ve"]),
+                helper.make_node("Sqrt", [f"{y}_ve"], [f"{y}_sd"]),
+                helper.make_node("Div", [f"{y}_c", f"{y}_sd"], [y])]
 
     def w(name: str, *shape: int) -> onnx.TensorProto:
         return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32), name)
@@ -702,8 +716,9 @@ def _attention_model(*, index: int = -1, t: int = 12, d: int = 16, heads: int = 
              numpy_helper.from_array(np.array([1, t, heads, dh], np.int64), "heads"),
              numpy_helper.from_array(np.array([1, t, d], np.int64), "merged"),
              numpy_helper.from_array(np.array(dh ** -0.5, np.float32), "scale"),
-             numpy_helper.from_array(np.full(index_shape, index, np.int64), "index")]
-    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1),
+             numpy_helper.from_array(np.full(index_shape, index, np.int64), "index"),
+             numpy_helper.from_array(np.array(1e-5, np.float32), "eps")]
+    nodes = [*norm("x", "ln"),
              helper.make_node("MatMul", ["ln", "Wq"], ["q0"]), helper.make_node("Add", ["q0", "bq"], ["q1"]),
              helper.make_node("MatMul", ["ln", "Wk"], ["k0"]), helper.make_node("MatMul", ["ln", "Wv"], ["v0"]),
              helper.make_node("Reshape", ["q1", "heads"], ["q2"]), helper.make_node("Reshape", ["k0", "heads"], ["k2"]),
@@ -719,7 +734,7 @@ def _attention_model(*, index: int = -1, t: int = 12, d: int = 16, heads: int = 
     if softmax_over_tokens:
         nodes.append(helper.make_node("Softmax", ["res"], ["top"], axis=1))
     else:
-        nodes.append(helper.make_node("LayerNormalization", ["res", "gamma", "beta"], ["top"], axis=-1))
+        nodes += norm("res", "top")
     nodes += [helper.make_node("Gather", ["top", "index"], ["token"], axis=1),
               helper.make_node("MatMul", ["token", "Wh"], ["y"])]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, *index_shape, 5])]
@@ -727,14 +742,15 @@ def _attention_model(*, index: int = -1, t: int = 12, d: int = 16, heads: int = 
         outputs.append(helper.make_tensor_value_info("top", TensorProto.FLOAT, [1, t, d]))
     graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, t, d])],
                               outputs, initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 9
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9 if opset >= 17 else 7
     return load_model(model)
 
 
-@pytest.mark.parametrize("index", [-1, 0, 5])
-def test_one_gathered_token_is_computed_alone_where_nothing_else_reads_its_rows(index: int) -> None:
-    model = _attention_model(index=index)
+@pytest.mark.parametrize("index,opset", [(-1, 18), (0, 18), (5, 18), (-1, 13)],
+                         ids=["last", "first", "middle", "norms decomposed, opset 13"])
+def test_one_gathered_token_is_computed_alone_where_nothing_else_reads_its_rows(index: int, opset: int) -> None:
+    model = _attention_model(index=index, opset=opset)
     rewritten, notes = rewrite_model(model)
     assert len(notes) == 1 and f"position {index % 12} of axis 1 gathered" in notes[0], notes
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in rewritten.graph.value_info}
