@@ -49,7 +49,8 @@ def collect(args: argparse.Namespace) -> None:
     with ProfileDB(Path(args.cache) / DB_FILENAME) as db:
         for name in args.models:
             t0 = time.perf_counter()
-            fissioned = run_fission(name, cache_dir=args.cache)
+            fissioned = run_fission(name, cache_dir=args.cache, rewrite=settings.rewrites, seed=settings.seed,
+                                    accuracy=settings.accuracy)         # the graph `korch optimize` profiles
             source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
             cands = enumerate_all(fissioned.graph, settings)
             pools = profile_pools(fissioned.graph, cands, settings)
@@ -69,7 +70,8 @@ def noise(args: argparse.Namespace) -> None:
     settings = OptimizeSettings(threads=args.threads, backends=BACKENDS)
     machine = machine_fingerprint()
     rng = random.Random(0)
-    fissioned = run_fission(args.model, cache_dir=args.cache)
+    fissioned = run_fission(args.model, cache_dir=args.cache, rewrite=settings.rewrites, seed=settings.seed,
+                            accuracy=settings.accuracy)
     source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
     pools = profile_pools(fissioned.graph, enumerate_all(fissioned.graph, settings), settings)
     print("| backend | kernels | PCA of a second measurement against the first | median |second/first - 1| |")

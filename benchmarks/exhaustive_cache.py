@@ -61,7 +61,8 @@ class Exhaustive:
 def load(cache: Path, model: str, threads: int) -> Exhaustive:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps, machine = settings.profile, machine_fingerprint()
-    fissioned = run_fission(model, None, cache_dir=cache)
+    fissioned = run_fission(model, None, cache_dir=cache, rewrite=settings.rewrites, seed=settings.seed,
+                            accuracy=settings.accuracy)         # the graph `korch optimize` profiles
     graph = fissioned.graph
     cands = enumerate_all(graph, settings)
     pools = profile_pools(graph, cands, settings)

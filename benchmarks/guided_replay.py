@@ -3,7 +3,7 @@ optimism, and how far its split plan is from the one profiling everything finds,
 
     python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200] [--batch-exact 40]
         [--rounds N] [--sample 12 32] [--seed 0 1 2] [--scale sample whole] [--relax no|yes|both] [--bar no|yes|both]
-        [--train-on CACHE ...] [--peaks GFLOPS GBPS]
+        [--train-on CACHE ...] [--peaks GFLOPS GBPS] [--gap 0 0.03]
 
 DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
 into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
@@ -24,7 +24,8 @@ the machine's peaks, measured once (printed; `--peaks` gives them, so that repla
 measurements on this noisy host moved the whole-model scales by up to 1.8x).
 
 `--bar yes`: the loop also stops once the LP relaxation at those costs cannot run below the best
-whole-model profile (solve_until_stable's `bar`, which profile_last gives Inductor's rounds). Then
+whole-model profile (solve_until_stable's `bar`, which profile_last gives Inductor's rounds), or
+within `--gap` of it (ProfileSettings.guide_gap; 0: only at it). Then
 the regret that matters is the plan's: the better of the split plan kept and the best whole model,
 against the better of the exhaustive optimum and that whole model ("plan regret").
 """
@@ -68,12 +69,13 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
            samples: list[int] | None = None, seeds: list[int] | None = None, exact_batch: int | None = None,
            scales: tuple[str, ...] = ("whole",), train_on: list[Path] | None = None,
            peaks: MachinePeaks | None = None, spreads: list[int] | None = None, quantile: float | None = None,
-           uncertainties: list[int] | None = None) -> None:
+           uncertainties: list[int] | None = None, gaps: list[float] | None = None) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
     max_rounds = rounds or ps.guide_rounds
     machine = machine_fingerprint()
-    fissioned = run_fission(model, None, cache_dir=cache)
+    fissioned = run_fission(model, None, cache_dir=cache, rewrite=settings.rewrites, seed=settings.seed,
+                            accuracy=settings.accuracy)         # the graph `korch optimize` profiles
     graph = fissioned.graph
     whole = len(graph.nodes)
     cands = enumerate_all(graph, settings)
@@ -140,15 +142,16 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                   f"(p10-p90 {q.p10_s:.2f}-{q.p90_s:.2f}); its whole model: "
                   + (f"{by_whole[name]:.2f}" if name in by_whole else "not timed"))
     quantile = ps.guide_spread_quantile if quantile is None else quantile
-    print("| optimism | spread sample | uncertainty | batch | LP first | bar | sample (seed) | scale | rounds | stable | "
+    print("| optimism | spread sample | uncertainty | batch | LP first | bar (gap) | sample (seed) | scale | rounds | stable | "
           "measured / legal | kernels run s | solver s | split plan kept ms | regret (predicted) | plan regret |")
     print("|---:|---|---:|---:|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
-    runs = [(o, b, r, w, n, e, k, d, u) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes
+    runs = [(o, b, r, w, n, e, k, d, u, g) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes
             for w in bars for k in scales for d in (spreads if spreads is not None else [ps.guide_spread_sample])
             for u in (uncertainties if uncertainties is not None else [ps.guide_uncertainty])
+            for g in (gaps if gaps is not None else [ps.guide_gap])
             for n, e in ([(None, e) for e in (seeds or [settings.seed])] if k == "whole" else
                          [(n, e) for n in (samples or [ps.guide_sample]) for e in (seeds or [settings.seed])])]
-    for optimism, batch, relaxed, barred, size, seed, by, spread, uncertainty in runs:
+    for optimism, batch, relaxed, barred, size, seed, by, spread, uncertainty, gap in runs:
         pending = dict(legal)
         usable = {pair: t for pair, t in usable_all.items() if pair[1] not in guided or pair not in legal}
         unscaled = {name: m for name, m in models.items() if by == "sample" or name not in by_whole}
@@ -187,7 +190,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,
                                             relaxed or barred, bar=_bar(pools, usable_all, whole, settings) if barred else None,
                                             exact_batch_size=ps.guide_batch_exact if exact_batch is None else exact_batch,
-                                            expected=expected, uncertainty=uncertainty)
+                                            expected=expected, uncertainty=uncertainty, gap=gap)
         seconds = time.perf_counter() - t0
         try:
             kept = problem.solve(usable, {}, {}).cost
@@ -199,7 +202,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         scales = ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale))
         spread_text = (f"{spread} (seed {seed + 1}): " + ", ".join(f"{name} {factor[name]:.2f} ({expectation[name]:.2f})"
                                                                    for name in sorted(factor)) if spread else "-")
-        print(f"| {optimism:g} | {spread_text} | {uncertainty} | {batch} | {'yes' if relaxed or barred else 'no'} | {'yes' if barred else 'no'} | "
+        print(f"| {optimism:g} | {spread_text} | {uncertainty} | {batch} | {'yes' if relaxed or barred else 'no'} | {f'yes ({gap:.0%})' if barred else 'no'} | "
               f"{'whole model' if size is None else f'{size} ({seed})'} | {scales} | {rounds} | "
               f"{'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
               f"({asked / max(1, len(legal)):.0%}) | {running:.0f} | {seconds:.0f} | {kept_text} | {regret} | {plan_regret} |", flush=True)
@@ -244,13 +247,16 @@ def main() -> None:
                              "ProfileSettings.guide_uncertainty)")
     parser.add_argument("--quantile", type=float, default=None,
                         help="the spread's quantile (default: ProfileSettings.guide_spread_quantile)")
+    parser.add_argument("--gap", type=float, nargs="+", default=None,
+                        help="with --bar: stop once the LP bound is within this fraction below the bar "
+                             "(default: ProfileSettings.guide_gap)")
     parser.add_argument("model")
     args = parser.parse_args()
     choice = {"no": (False,), "yes": (True,), "both": (False, True)}
     replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar],
            args.rounds, args.sample, args.seed, args.batch_exact, tuple(args.scale), args.train_on,
            MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9) if args.peaks else None, args.spread, args.quantile,
-           args.uncertainty)
+           args.uncertainty, args.gap)
 
 
 if __name__ == "__main__":

@@ -240,7 +240,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     def until_stable(max_rounds: int) -> tuple[int, bool]:
         return solve_until_stable(split, usable, pending, optimistic, measure, max_rounds, ps.guide_batch, bar=bar,
                                   exact_batch_size=ps.guide_batch_exact, expected=expected,
-                                  uncertainty=ps.guide_uncertainty)
+                                  uncertainty=ps.guide_uncertainty, gap=ps.guide_gap)
 
     rounds, stable = until_stable(ps.guide_rounds)
     confirmed: set[tuple[str, str]] = set()
@@ -521,7 +521,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         rounds, stable = solve_until_stable(split, usable, pending, floors, measure, ps.guide_rounds,
                                             ps.inductor_batch, budget=ps.inductor_budget,
                                             bar=_bar(everything, usable, whole, settings), refine=refine,
-                                            calibrate=calibrate)
+                                            calibrate=calibrate, gap=ps.guide_gap)
         del split      # its formulation and LP go before the regions compile (yolov4: 2.4 -> 3.9 GB while solved)
         db.put_guided_done(problem)
         log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
@@ -772,7 +772,7 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
                        refine: Callable[[Sequence[tuple[str, str]]], int] | None = None,
                        exact_batch_size: int | None = None, expected: Mapping[tuple[str, str], float] | None = None,
                        uncertainty: int = 0, calibrate: Callable[[Collection[str]], bool] | None = None,
-                       ) -> tuple[int, bool]:
+                       gap: float = 0.0) -> tuple[int, bool]:
     """Solve `problem` over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
@@ -790,8 +790,8 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     solve chooses measured kernels alone, or (`bar`) when the LP's cost, a lower bound on every split
     plan at these costs, is at least `bar` (the best whole model's time times the margin a split plan
     must win by: no split plan could then be kept, whatever the pending kernels measure, if their
-    optimistic costs hold). That too counts as
-    stable.
+    optimistic costs hold), or within `gap` of it (a fraction: a split plan still to be found would beat
+    the whole model by less than that). That too counts as stable.
 
     `budget`: at most this many pending kernels are measured in all (those a solve chose first); once
     they are, the loop ends as if at `max_rounds`.
@@ -818,9 +818,11 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
         rounds += 1
         try:
             relaxed = problem.relax(costs, pending, optimistic, expected, uncertainty) if relax else None
-            if relaxed is not None and bar is not None and relaxed.bound_s >= bar:
-                log.info("guided profiling: no split plan can run below %.3f ms (LP bound %.3f ms): stopping",
-                         bar * 1e3, relaxed.bound_s * 1e3)
+            if relaxed is not None and bar is not None and relaxed.bound_s >= bar * (1 - gap):
+                log.info("guided profiling: no split plan can run below %.3f ms (LP bound %.3f ms%s): stopping",
+                         bar * 1e3, relaxed.bound_s * 1e3,
+                         f", {1 - relaxed.bound_s / bar:.1%} below it, within the gap of {gap:.0%}"
+                         if relaxed.bound_s < bar else "")
                 return rounds, True
             fresh = _pending_in(relaxed.support, problem.pairs, pending) if relaxed is not None else []
             size = batch_size
@@ -858,8 +860,10 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
         for key, name in picked:
             want.setdefault(name, []).append(pending.pop((key, name)))
         chosen = min(len(fresh), len(picked))
-        log.info("guided profiling, round %d: measuring %d kernel(s) the solve chose and %d rival(s) (%s)", rounds,
-                 chosen, len(picked) - chosen, ", ".join(f"{n} {len(c)}" for n, c in want.items()))
+        log.info("guided profiling, round %d: measuring %d kernel(s) the solve chose and %d rival(s) (%s)%s", rounds,
+                 chosen, len(picked) - chosen, ", ".join(f"{n} {len(c)}" for n, c in want.items()),
+                 f"; LP bound {relaxed.bound_s * 1e3:.3f} ms" + (f", bar {bar * 1e3:.3f} ms" if bar is not None else "")
+                 if relaxed is not None else "")
         measure(want)
     return rounds, False
 
@@ -880,6 +884,8 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
         h.update(f"|spread {ps.guide_spread_sample} {ps.guide_spread_quantile}".encode())
     if ps.guide_uncertainty:
         h.update(f"|uncertainty {ps.guide_uncertainty}".encode())
+    if ps.guide_gap:
+        h.update(f"|gap {ps.guide_gap}".encode())
     for name in sorted(pools):
         h.update(f"|{name}:{record_version(get_backend(name), ps)}:{name in models}".encode())
         h.update(" ".join(sorted({c.key for c in pools[name]})).encode())

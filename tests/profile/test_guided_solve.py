@@ -149,7 +149,8 @@ def test_a_budget_caps_the_kernels_measured_and_ends_unstable(budget: int) -> No
 @pytest.mark.parametrize("seed", range(3))
 def test_a_bar_no_split_plan_can_beat_stops_the_loop_before_measuring(seed: int) -> None:
     """When the LP relaxation's cost at optimistic costs, a lower bound on every split plan, is at least
-    `bar` (the best whole model), no pending kernel is measured; a bar above it changes nothing."""
+    `bar` (the best whole model), or within `gap` below it, no pending kernel is measured; a bar above
+    that changes nothing."""
     rng = np.random.default_rng(seed)
     graph = conv_bias_relu(rng)
     cands = [c for c in enumerate_candidates(graph, CandidateLimits()) if c.size < len(graph.nodes)]
@@ -158,19 +159,20 @@ def test_a_bar_no_split_plan_can_beat_stops_the_loop_before_measuring(seed: int)
     pending = {(c.key, "b"): c for c in cands}
     optimistic = {pair: 0.5 for pair in pending}
     bound = SplitProblem(graph, pools).relax(measured, pending, optimistic).bound_s
-    asked: list[tuple[str, str]] = []
+    for bar, gap, stops in ((bound, 0.0, True), (bound * 1.001, 0.0, False), (bound * 1.04, 0.03, False),
+                            (bound * 1.03, 0.03, True)):
+        asked: list[tuple[str, str]] = []
+        costs = dict(measured)
 
-    def measure(want) -> None:
-        for name, cs in want.items():
-            asked.extend((c.key, name) for c in cs)
-            measured.update({(c.key, name): 100.0 for c in cs})
+        def measure(want) -> None:
+            for name, cs in want.items():
+                asked.extend((c.key, name) for c in cs)
+                costs.update({(c.key, name): 100.0 for c in cs})
 
-    for bar, stops in ((bound, True), (bound * 1.001, False)):
-        asked.clear()
-        rounds, stable = solve_until_stable(SplitProblem(graph, pools), dict(measured), dict(pending), optimistic,
-                                            measure, max_rounds=100, bar=bar)
+        rounds, stable = solve_until_stable(SplitProblem(graph, pools), costs, dict(pending), optimistic,
+                                            measure, max_rounds=100, bar=bar, gap=gap)
         assert stable
-        assert (not asked) is stops, (bar, bound, asked)
+        assert (not asked) is stops, (bar, gap, bound, asked)
 
 
 @pytest.mark.parametrize("seed", range(4))
