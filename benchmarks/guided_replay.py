@@ -3,7 +3,7 @@ optimism, and how far its split plan is from the one profiling everything finds,
 
     python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200] [--batch-exact 40]
         [--rounds N] [--sample 12 32] [--seed 0 1 2] [--scale sample whole] [--relax no|yes|both] [--bar no|yes|both]
-        [--train-on CACHE ...] [--peaks GFLOPS GBPS] [--gap 0 0.03]
+        [--train-on CACHE ...] [--peaks GFLOPS GBPS] [--regret 0 0.03]
 
 DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
 into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
@@ -25,7 +25,8 @@ measurements on this noisy host moved the whole-model scales by up to 1.8x).
 
 `--bar yes`: the loop also stops once the LP relaxation at those costs cannot run below the best
 whole-model profile (solve_until_stable's `bar`, which profile_last gives Inductor's rounds), or
-within `--gap` of it (ProfileSettings.guide_gap; 0: only at it). Then
+once no split plan could beat the best whole model by more than `--regret` (ProfileSettings.guide_regret;
+0: the bar alone). Then
 the regret that matters is the plan's: the better of the split plan kept and the best whole model,
 against the better of the exhaustive optimum and that whole model ("plan regret").
 """
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -55,6 +57,7 @@ from korch.profile.guided import (  # noqa: E402
     _scale,
     _spread_expectation,
     _spread_optimism,
+    _stop_gap,
     _whole_scale,
     solve_until_stable,
 )
@@ -142,13 +145,13 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
                   f"(p10-p90 {q.p10_s:.2f}-{q.p90_s:.2f}); its whole model: "
                   + (f"{by_whole[name]:.2f}" if name in by_whole else "not timed"))
     quantile = ps.guide_spread_quantile if quantile is None else quantile
-    print("| optimism | spread sample | uncertainty | batch | LP first | bar (gap) | sample (seed) | scale | rounds | stable | "
+    print("| optimism | spread sample | uncertainty | batch | LP first | bar (regret) | sample (seed) | scale | rounds | stable | "
           "measured / legal | kernels run s | solver s | split plan kept ms | regret (predicted) | plan regret |")
     print("|---:|---|---:|---:|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
     runs = [(o, b, r, w, n, e, k, d, u, g) for o in optimisms for b in (batches or [ps.guide_batch]) for r in relaxes
             for w in bars for k in scales for d in (spreads if spreads is not None else [ps.guide_spread_sample])
             for u in (uncertainties if uncertainties is not None else [ps.guide_uncertainty])
-            for g in (gaps if gaps is not None else [ps.guide_gap])
+            for g in (gaps if gaps is not None else [ps.guide_regret])
             for n, e in ([(None, e) for e in (seeds or [settings.seed])] if k == "whole" else
                          [(n, e) for n in (samples or [ps.guide_sample]) for e in (seeds or [settings.seed])])]
     for optimism, batch, relaxed, barred, size, seed, by, spread, uncertainty, gap in runs:
@@ -190,7 +193,8 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         rounds, stable = solve_until_stable(problem, usable, pending, optimistic, measure, max_rounds, batch,
                                             relaxed or barred, bar=_bar(pools, usable_all, whole, settings) if barred else None,
                                             exact_batch_size=ps.guide_batch_exact if exact_batch is None else exact_batch,
-                                            expected=expected, uncertainty=uncertainty, gap=gap)
+                                            expected=expected, uncertainty=uncertainty,
+                                            gap=_stop_gap(replace(settings, profile=replace(ps, guide_regret=gap))))
         seconds = time.perf_counter() - t0
         try:
             kept = problem.solve(usable, {}, {}).cost
@@ -202,7 +206,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
         scales = ", ".join(f"{name} {scale[name]:.2f}" for name in sorted(scale))
         spread_text = (f"{spread} (seed {seed + 1}): " + ", ".join(f"{name} {factor[name]:.2f} ({expectation[name]:.2f})"
                                                                    for name in sorted(factor)) if spread else "-")
-        print(f"| {optimism:g} | {spread_text} | {uncertainty} | {batch} | {'yes' if relaxed or barred else 'no'} | {f'yes ({gap:.0%})' if barred else 'no'} | "
+        print(f"| {optimism:g} | {spread_text} | {uncertainty} | {batch} | {'yes' if relaxed or barred else 'no'} | {f'yes (regret {gap:.0%})' if barred else 'no'} | "
               f"{'whole model' if size is None else f'{size} ({seed})'} | {scales} | {rounds} | "
               f"{'yes' if stable else 'no (round limit)'} | {asked} / {len(legal)} "
               f"({asked / max(1, len(legal)):.0%}) | {running:.0f} | {seconds:.0f} | {kept_text} | {regret} | {plan_regret} |", flush=True)
@@ -247,9 +251,9 @@ def main() -> None:
                              "ProfileSettings.guide_uncertainty)")
     parser.add_argument("--quantile", type=float, default=None,
                         help="the spread's quantile (default: ProfileSettings.guide_spread_quantile)")
-    parser.add_argument("--gap", type=float, nargs="+", default=None,
-                        help="with --bar: stop once the LP bound is within this fraction below the bar "
-                             "(default: ProfileSettings.guide_gap)")
+    parser.add_argument("--regret", type=float, nargs="+", default=None, dest="gap",
+                        help="with --bar: stop once no split plan could beat the best whole model by more than this "
+                             "fraction (default: ProfileSettings.guide_regret)")
     parser.add_argument("model")
     args = parser.parse_args()
     choice = {"no": (False,), "yes": (True,), "both": (False, True)}

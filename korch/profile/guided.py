@@ -240,7 +240,7 @@ def guided_profile(graph: Graph, pools: Mapping[str, Sequence[Candidate]],
     def until_stable(max_rounds: int) -> tuple[int, bool]:
         return solve_until_stable(split, usable, pending, optimistic, measure, max_rounds, ps.guide_batch, bar=bar,
                                   exact_batch_size=ps.guide_batch_exact, expected=expected,
-                                  uncertainty=ps.guide_uncertainty, gap=ps.guide_gap)
+                                  uncertainty=ps.guide_uncertainty, gap=_stop_gap(settings))
 
     rounds, stable = until_stable(ps.guide_rounds)
     confirmed: set[tuple[str, str]] = set()
@@ -521,7 +521,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         rounds, stable = solve_until_stable(split, usable, pending, floors, measure, ps.guide_rounds,
                                             ps.inductor_batch, budget=ps.inductor_budget,
                                             bar=_bar(everything, usable, whole, settings), refine=refine,
-                                            calibrate=calibrate, gap=ps.guide_gap)
+                                            calibrate=calibrate, gap=_stop_gap(settings))
         del split      # its formulation and LP go before the regions compile (yolov4: 2.4 -> 3.9 GB while solved)
         db.put_guided_done(problem)
         log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
@@ -689,6 +689,14 @@ def _bar(pools: Mapping[str, Sequence[Candidate]], usable: Mapping[tuple[str, st
     return None if best is None else best * settings.selection.multi_kernel_margin
 
 
+def _stop_gap(settings: OptimizeSettings) -> float:
+    """How far below the bar (the best whole model times the margin a split plan must win by) a
+    guided loop's LP bound may stop: where no split plan could beat the best whole model by more than
+    ProfileSettings.guide_regret, bound >= best / (1 + regret) = bar * (1 - gap)."""
+    regret, margin = settings.profile.guide_regret, settings.selection.multi_kernel_margin
+    return max(0.0, 1.0 - 1.0 / ((1.0 + regret) * margin)) if regret > 0 else 0.0
+
+
 class SplitProblem:
     """The split-plan BLP (every primitive covered, no whole model) that a guided loop solves round
     after round, formulated once over every (candidate, backend) pair of `pools`: a round only prices
@@ -821,7 +829,8 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
             if relaxed is not None and bar is not None and relaxed.bound_s >= bar * (1 - gap):
                 log.info("guided profiling: no split plan can run below %.3f ms (LP bound %.3f ms%s): stopping",
                          bar * 1e3, relaxed.bound_s * 1e3,
-                         f", {1 - relaxed.bound_s / bar:.1%} below it, within the gap of {gap:.0%}"
+                         f", {1 - relaxed.bound_s / bar:.1%} below it: within the {gap:.1%} a split plan still to "
+                         "be found may go unkept (ProfileSettings.guide_regret)"
                          if relaxed.bound_s < bar else "")
                 return rounds, True
             fresh = _pending_in(relaxed.support, problem.pairs, pending) if relaxed is not None else []
@@ -884,8 +893,8 @@ def _problem_key(pools: Mapping[str, Sequence[Candidate]], models: Mapping, sett
         h.update(f"|spread {ps.guide_spread_sample} {ps.guide_spread_quantile}".encode())
     if ps.guide_uncertainty:
         h.update(f"|uncertainty {ps.guide_uncertainty}".encode())
-    if ps.guide_gap:
-        h.update(f"|gap {ps.guide_gap}".encode())
+    if ps.guide_regret:
+        h.update(f"|regret {ps.guide_regret}".encode())
     for name in sorted(pools):
         h.update(f"|{name}:{record_version(get_backend(name), ps)}:{name in models}".encode())
         h.update(" ".join(sorted({c.key for c in pools[name]})).encode())
