@@ -9,7 +9,8 @@ import pytest
 
 from korch.candidates import enumerate_candidates
 from korch.candidates.enumerate import CandidateLimits
-from korch.profile.guided import SplitProblem, solve_until_stable
+from korch.profile.guided import SplitProblem, _stop_gap, solve_until_stable
+from korch.settings import OptimizeSettings, ProfileSettings, SelectionSettings
 from tests.backends.graphs import conv_bias_relu, mlp_gelu
 
 
@@ -379,3 +380,15 @@ def test_a_backend_is_calibrated_before_its_first_kernel_is_measured_and_the_loo
     fresh = SplitProblem(graph, pools, boundary)
     assert problem.solve(measured, {}, {}).cost == pytest.approx(fresh.solve(measured, {}, {}).cost, rel=1e-9)
     assert fresh.solve(measured, {}, {}).cost == pytest.approx(fresh.solve(true, {}, {}).cost, rel=1e-9)
+
+
+@pytest.mark.parametrize("regret,margin", [(0.03, 0.98), (0.05, 0.98), (0.03, 1.0), (0.01, 0.98), (0.0, 0.98)])
+def test_the_guided_stop_lets_no_split_plan_beat_the_best_whole_model_by_more_than_the_regret(regret: float,
+                                                                                             margin: float) -> None:
+    """The loop stops at bound >= bar * (1 - gap), bar = best * margin: that is best / (1 + regret) where
+    the regret allows more than the margin, and the bar itself where it does not."""
+    settings = OptimizeSettings(profile=ProfileSettings(guide_regret=regret),
+                                selection=SelectionSettings(multi_kernel_margin=margin))
+    best = 0.1
+    stop = best * margin * (1 - _stop_gap(settings))
+    assert stop == pytest.approx(min(best * margin, best / (1 + regret)), rel=1e-12)
