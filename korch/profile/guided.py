@@ -798,8 +798,9 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     solve chooses measured kernels alone, or (`bar`) when the LP's cost, a lower bound on every split
     plan at these costs, is at least `bar` (the best whole model's time times the margin a split plan
     must win by: no split plan could then be kept, whatever the pending kernels measure, if their
-    optimistic costs hold), or within `gap` of it (a fraction: a split plan still to be found would beat
-    the whole model by less than that). That too counts as stable.
+    optimistic costs hold), or within `gap`, a fraction, below it (`_stop_gap`: where no split plan still
+    to be found could beat the best whole model by more than ProfileSettings.guide_regret). That too
+    counts as stable.
 
     `budget`: at most this many pending kernels are measured in all (those a solve chose first); once
     they are, the loop ends as if at `max_rounds`.
