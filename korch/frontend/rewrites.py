@@ -700,18 +700,13 @@ def _row_inputs(g: _Graph, node: onnx.NodeProto, axis: int) -> dict[int, int] | 
         return None
     rank, op = len(out), node.op_type
 
-    def broadcast(indices: Iterable[int], top: int) -> dict[int, int]:
-        """Inputs aligned from the right below axis `top` of the output: those with the axis, of full size."""
+    if op in _ROWWISE:
         picked = {}
-        for k in indices:
-            shape = ins[k]
-            mine = axis - (top - len(shape))
+        for k, shape in enumerate(ins):
+            mine = axis - (rank - len(shape))        # broadcast: aligned from the right
             if node.input[k] and 0 <= mine < len(shape) and shape[mine] != 1:
                 picked[k] = mine
         return picked
-
-    if op in _ROWWISE:
-        return broadcast(range(len(node.input)), rank)
     if op in ("Softmax", "LogSoftmax"):
         opset = next((o.version for o in g.model.opset_import if o.domain in ("", "ai.onnx")), 13)
         if opset < 13:      # (before opset 13: over every axis from `axis` on, 1 by default)
@@ -776,20 +771,21 @@ def one_row_read(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
     row = int(index) % data[axis]
     asked: dict[str, dict[int, int]] = {node.input[0]: {id(node): axis}}
     rows: dict[str, int] = {}                                # values computed for the one row alone
-    plan: dict[int, tuple[onnx.NodeProto, dict[int, int]]] = {}
+    plan: dict[int, dict[int, int]] = {}                     # id(node) -> its inputs read for the row
     nodes = list(g.model.graph.node)
     for n in reversed(nodes[:nodes.index(node)]):
         if len(n.output) < 1 or n.output[0] not in asked:
             continue
         v = n.output[0]
         requests, readers = asked[v], {id(c) for c in g.consumers.get(v, [])}
-        if v in g.outputs or set(requests) != readers or len(set(requests.values())) != 1:
+        axes = set(requests.values())
+        if v in g.outputs or set(requests) != readers or len(axes) != 1:
             continue
-        reads = _row_inputs(g, n, next(iter(requests.values())))
+        reads = _row_inputs(g, n, next(iter(axes)))
         if reads is None:
             continue
-        rows[v] = next(iter(requests.values()))
-        plan[id(n)] = (n, reads)
+        rows[v] = next(iter(axes))
+        plan[id(n)] = reads
         for k, ax in reads.items():
             asked.setdefault(n.input[k], {})[id(n)] = ax
     if node.input[0] not in rows:
@@ -821,7 +817,7 @@ def one_row_read(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
     for n in nodes:
         if id(n) not in plan:
             continue
-        _, reads = plan[id(n)]
+        reads = plan[id(n)]
         inputs = [one_row(i, reads[k]) if k in reads else i for k, i in enumerate(n.input)]
         if n.op_type == "Reshape":
             shape = list(g.shapes[n.output[0]])
