@@ -42,8 +42,8 @@ its output back, around two small matrix products; computed on the transposed pr
 was the largest non-linear op of OpenVINO's efficientvit-b1). efficientvit-b1: onnxruntime 10.29
 -> 9.10 ms, OpenVINO 9.83 -> 9.09 ms side by side (2 threads, 2026-12-02).
 
-one_row_read. A Gather of one position along an axis, such as ViT's classifier reading the class
-token, is computed from that position alone as far back as nothing else needs the other positions
+one_row_read. A Gather or Slice of one position along an axis, such as ViT's classifier reading the
+class token (`x[:, 0]`) or a decoder's last token (`x[:, -1:]`), is computed from that position alone as far back as nothing else needs the other positions
 (its docstring): ViT's last encoder block then computes keys and values for every token and the
 rest (query, attention row, projection, MLP, norms) for the class token only. vit-b16: 35.1 -> 32.7
 GFLOP; OpenVINO 171 -> 159 ms, onnxruntime 181 -> 171 ms side by side (2 threads, 2026-12-06,
@@ -747,11 +747,50 @@ def _row_inputs(g: _Graph, node: onnx.NodeProto, axis: int) -> dict[int, int] | 
     return None
 
 
+def _one_position(g: _Graph, node: onnx.NodeProto, shape: Sequence[int]) -> tuple[int, int, bool] | None:
+    """(axis, position, whether the axis is kept) where `node` takes one position along one axis of
+    its first input, of `shape`: a Gather of a constant scalar index (the axis dropped) or of a
+    one-element index (kept), or a Slice of constant bounds, step 1, that keeps one position along
+    one axis and every position along the others it names (kept: `x[:, -1:]`). None otherwise."""
+    if node.op_type == "Gather" and len(node.input) == 2:
+        index = g.array(node.input[1])
+        if index is None or index.size != 1 or index.ndim > 1:
+            return None
+        axis = int(_attr(node, "axis", 0)) % len(shape)
+        return axis, int(index.reshape(())) % shape[axis], index.ndim == 1
+    if node.op_type != "Slice":
+        return None
+    if len(node.input) == 1:                                        # opset < 10: bounds as attributes
+        starts, ends = _attr(node, "starts", None), _attr(node, "ends", None)
+        axes, steps = _attr(node, "axes", None), None
+    else:
+        bounds = [g.array(i) if i else None for i in node.input[1:]]
+        if any(b is None for b, i in zip(bounds, node.input[1:]) if i):
+            return None
+        starts, ends, axes, steps = (*bounds, None, None)[:4]
+    if starts is None or ends is None:
+        return None
+    starts, ends = [int(v) for v in np.ravel(starts)], [int(v) for v in np.ravel(ends)]
+    axes = list(range(len(starts))) if axes is None else [int(a) % len(shape) for a in np.ravel(axes)]
+    if steps is not None and any(int(v) != 1 for v in np.ravel(steps)):
+        return None
+    taken = []
+    for a, start, end in zip(axes, starts, ends):
+        kept = range(*slice(start, end).indices(shape[a]))
+        if len(kept) == 1 and shape[a] > 1:
+            taken.append((a, kept[0]))
+        elif kept != range(shape[a]):
+            return None
+    return (*taken[0], True) if len(taken) == 1 else None
+
+
 def one_row_read(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
-    """A Gather of one position along an axis (ViT's class token, a decoder's last token) computed from
-    that position alone, as far back as nothing else reads the values it comes from:
+    """A Gather or Slice of one position along an axis (ViT's class token, a decoder's last token:
+    `_one_position`) computed from that position alone, as far back as nothing else reads the values
+    it comes from:
 
         gather(f(x), i, axis)  =  gather(f(slice(x, i:i+1, axis)), 0, axis)
+        slice(f(x), i:i+1, axis)  =  f(slice(x, i:i+1, axis))
 
     for every f that computes each position along the axis from that position of its inputs
     (`_row_inputs`: elementwise ops, matrix products along their rows, normalisations and reductions
@@ -760,15 +799,12 @@ def one_row_read(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
     twice; where another reader needs it whole, it is computed whole and sliced. ViT's last encoder
     block computes its keys and values for every token, and its query, attention row, projection and
     MLP for the class token alone: 1/12 of ViT-B/16's 35 GFLOP saved, the identity exact."""
-    if node.op_type != "Gather" or len(node.input) != 2:
+    data = g.shapes.get(node.input[0]) if node.op_type in ("Gather", "Slice") and node.input else None
+    if not data or (picked := _one_position(g, node, data)) is None:
         return None
-    index, data = g.array(node.input[1]), g.shapes.get(node.input[0])
-    if index is None or index.ndim != 0 or data is None:
-        return None
-    axis = int(_attr(node, "axis", 0)) % len(data)
+    axis, row, keeps_axis = picked
     if data[axis] == 1:              # (one row already: what this rule leaves behind)
         return None
-    row = int(index) % data[axis]
     asked: dict[str, dict[int, int]] = {node.input[0]: {id(node): axis}}
     rows: dict[str, int] = {}                                # values computed for the one row alone
     plan: dict[int, dict[int, int]] = {}                     # id(node) -> its inputs read for the row
@@ -833,13 +869,17 @@ def one_row_read(g: _Graph, node: onnx.NodeProto) -> Rewrite | None:
         clone.input.extend(inputs)
         del clone.output[1:]
         computed.append(clone)
-    first = g.fresh(f"{start}_index")
-    inits.append(numpy_helper.from_array(np.array(0, np.int64), first))
-    gather = helper.make_node("Gather", [node.input[0], first], list(node.output), name=g.fresh(start), axis=axis)
+    if keeps_axis:                   # the one row, its axis kept, is the value computed for it
+        last = helper.make_node("Identity", [node.input[0]], list(node.output), name=g.fresh(start))
+    else:
+        first = g.fresh(f"{start}_index")
+        inits.append(numpy_helper.from_array(np.array(0, np.int64), first))
+        last = helper.make_node("Gather", [node.input[0], first], list(node.output), name=g.fresh(start), axis=axis)
     removed = (next(iter(rows)), node.output[0], *list(rows)[1:])
-    note = (f"{node.name or node.output[0]}: position {row} of axis {axis} gathered from {len(computed)} node(s) "
+    taken = "sliced" if node.op_type == "Slice" else "gathered"
+    note = (f"{node.name or node.output[0]}: position {row} of axis {axis} {taken} from {len(computed)} node(s) "
             f"computed for it alone, {len(sliced)} value(s) sliced ({_flops(saved)} saved)")
-    return Rewrite("one_row_read", removed, (*nodes_out, *computed, gather), tuple(inits), note, saved)
+    return Rewrite("one_row_read", removed, (*nodes_out, *computed, last), tuple(inits), note, saved)
 
 
 # Winograd's minimal filtering F(2x2, 3x3): an output tile of 2x2 pixels of a 3x3 correlation is

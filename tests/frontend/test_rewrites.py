@@ -688,12 +688,13 @@ def test_a_model_digest_changes_with_any_weight_byte_or_node_and_not_with_a_copy
 
 
 def _attention_model(*, index: int = -1, t: int = 12, d: int = 16, heads: int = 2, gathered_out: bool = False,
-                     softmax_over_tokens: bool = False, index_shape: tuple[int, ...] = (),
+                     softmax_over_tokens: bool = False, index_shape: tuple[int, ...] = (), sliced: int = 0,
                      opset: int = 18) -> onnx.ModelProto:
     """One pre-norm attention block over x [1, t, d] (q, k, v, heads by Reshape and Transpose, scaled
     Softmax, output projection, residual), a layer norm, then Gather of token `index` and a head. The
     norms are LayerNormalization from opset 17 on, and ReduceMean, Sub, Mul, Add, Sqrt, Div before (as
-    older exporters write them)."""
+    older exporters write them). `sliced` > 0: a Slice of tokens index:index+sliced (to the end for
+    index -1) instead of the Gather, as `x[:, -1:]` exports."""
     rng = np.random.default_rng(11)
     dh = d // heads
 
@@ -736,8 +737,15 @@ def _attention_model(*, index: int = -1, t: int = 12, d: int = 16, heads: int = 
         nodes.append(helper.make_node("Softmax", ["res"], ["top"], axis=1))
     else:
         nodes += norm("res", "top")
-    nodes += [helper.make_node("Gather", ["top", "index"], ["token"], axis=1),
-              helper.make_node("MatMul", ["token", "Wh"], ["y"])]
+    if sliced:
+        end = np.iinfo(np.int64).max if index == -1 else index + sliced
+        inits += [numpy_helper.from_array(np.array([v], np.int64), name)
+                  for v, name in ((index, "starts"), (end, "ends"), (1, "axes"))]
+        nodes.append(helper.make_node("Slice", ["top", "starts", "ends", "axes"], ["token"]))
+        index_shape = (1 if index == -1 else sliced,)
+    else:
+        nodes.append(helper.make_node("Gather", ["top", "index"], ["token"], axis=1))
+    nodes.append(helper.make_node("MatMul", ["token", "Wh"], ["y"]))
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, *index_shape, 5])]
     if gathered_out:
         outputs.append(helper.make_tensor_value_info("top", TensorProto.FLOAT, [1, t, d]))
@@ -765,8 +773,27 @@ def test_one_gathered_token_is_computed_alone_where_nothing_else_reads_its_rows(
         assert got.shape == want.shape and _rel(got, want) <= RTOL and float(np.std(want)) > 0.1
 
 
-@pytest.mark.parametrize("variant", [{"gathered_out": True}, {"softmax_over_tokens": True}, {"index_shape": (2,)}],
-                         ids=["the rows read whole elsewhere", "a softmax over the tokens", "more than one index"])
+@pytest.mark.parametrize("variant,taken", [({"sliced": 1}, "position 11 of axis 1 sliced"),
+                                           ({"sliced": 1, "index": 4}, "position 4 of axis 1 sliced"),
+                                           ({"index_shape": (1,), "index": 3}, "position 3 of axis 1 gathered")],
+                         ids=["x[:, -1:]", "x[:, 4:5]", "a one-element index"])
+def test_one_sliced_token_is_computed_alone_with_its_axis_kept(variant: dict, taken: str) -> None:
+    model = _attention_model(**variant)
+    rewritten, notes = rewrite_model(model)
+    assert len(notes) == 1 and taken in notes[0], notes
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in rewritten.graph.value_info}
+    assert shapes["p"] == [1, 2, 1, 12] and shapes["res"] == [1, 1, 16] and shapes["kt"] == [1, 2, 8, 12], shapes
+    assert not any(n.op_type == "Gather" for n in rewritten.graph.node)     # the row is the value computed
+    for seed in (1, 2):
+        feeds = _feeds(model, seed)
+        want, got = run_onnxruntime(model, feeds)["y"], run_onnxruntime(rewritten, feeds)["y"]
+        assert got.shape == want.shape == (1, 1, 5) and _rel(got, want) <= RTOL and float(np.std(want)) > 0.1
+
+
+@pytest.mark.parametrize("variant", [{"gathered_out": True}, {"softmax_over_tokens": True}, {"index_shape": (2,)},
+                                     {"sliced": 2, "index": 4}],
+                         ids=["the rows read whole elsewhere", "a softmax over the tokens", "more than one index",
+                              "a slice of two tokens"])
 def test_a_gathered_token_stays_as_given_where_it_needs_every_row(variant: dict) -> None:
     model = _attention_model(**variant)
     _left_alone(model)
