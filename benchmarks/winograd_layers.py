@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     layers = [tuple(int(v) for v in s.split(",")) for s in args.layers] if args.layers else LAYERS
     engines = args.engines.split(",")
     forms = ("winograd",) + (("compact",) if args.compact else ()) + (("f4",) if args.f4 else ())
-    rule = functools.partial(winograd_conv3x3, min_channels=1, min_f4_tiles=2**62)
-    f4_rule = functools.partial(winograd_conv3x3, min_channels=1, min_f4_tiles=1)
+    rule = functools.partial(winograd_conv3x3, min_channels=1, min_f4_tiles=2**62, min_f2_tiles=1)
+    f4_rule = functools.partial(winograd_conv3x3, min_channels=1, min_f4_tiles=1, min_f2_tiles=1)
     scratch = tempfile.TemporaryDirectory()
     read = None
     if args.link:

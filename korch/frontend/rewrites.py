@@ -908,6 +908,15 @@ MIN_WINOGRAD_CHANNELS = 128
 # of 52x52), 0.96x with its 26x26 layers too.
 MIN_F4_TILES = 169
 
+# ... and none where its output has fewer than this many 2x2 tiles (5x5: an output under ~9x9 pixels):
+# there the 16 products are matrix products of a few columns, and the tiles past the output's edge
+# are a large share of them (7x7 pixels are 16 tiles of 8x8). Each layer alone, side by side at 2
+# threads (benchmarks/winograd_layers.py, 2026-12-06): at 7x7, 256 -> 256 ran 0.61x (onnxruntime) and
+# 0.68x (OpenVINO) of its direct form, 512 -> 512 0.95x and 0.87x, 1024 -> 1024 1.06x and 1.00x; at
+# 10x10 (25 tiles), 512 -> 512 1.30x and 1.14x; at 13x13, 512 -> 1024 1.36x and 1.35x. ResNet-50's
+# last stage is 7x7.
+MIN_F2_TILES = 25
+
 
 def _winograd_weights(w: np.ndarray) -> np.ndarray:
     """G w G^T for every filter of w [M, C, 3, 3], as [4, 4, M, C] in float64: one product of the
@@ -918,10 +927,11 @@ def _winograd_weights(w: np.ndarray) -> np.ndarray:
 
 
 def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WINOGRAD_CHANNELS,
-                     min_f4_tiles: int = MIN_F4_TILES) -> Rewrite | None:
+                     min_f4_tiles: int = MIN_F4_TILES, min_f2_tiles: int = MIN_F2_TILES) -> Rewrite | None:
     """A dense 3x3 stride-1 convolution of at least `min_channels` in and out computed by Winograd's
     minimal filtering, in standard ONNX ops an engine runs at its matrix rate: F(4x4, 3x3) where
-    its output has at least `min_f4_tiles` tiles of 4x4 (`_winograd_f4`), else F(2x2, 3x3):
+    its output has at least `min_f4_tiles` tiles of 4x4 (`_winograd_f4`), else F(2x2, 3x3) where it
+    has at least `min_f2_tiles` tiles of 2x2:
 
         v_ij = depthwise conv 4x4, stride 2, of x with the filter outer(B^T_i, B^T_j)   (16 of them)
         m_ij = conv 1x1 of v_ij with U_ij = (G w G^T)_ij                                 (16 products)
@@ -947,6 +957,8 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WI
         return None
     bias = g.array(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if len(node.input) > 2 and node.input[2] and bias is None:
+        return None
+    if -(-y_shape[2] // 2) * -(-y_shape[3] // 2) < min_f2_tiles:
         return None
     w = g.array(node.input[1])
     if -(-y_shape[2] // 4) * -(-y_shape[3] // 4) >= min_f4_tiles:

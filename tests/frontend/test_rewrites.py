@@ -17,7 +17,7 @@ from korch import zoo
 from korch.backends.reference import run_graph
 from korch.errors import ModelLoadError
 from korch.frontend.onnx_import import load_model
-from korch.frontend.rewrites import MIN_F4_TILES, Rewrite, _independent, rewrite_model, winograd_conv3x3
+from korch.frontend.rewrites import MIN_F2_TILES, MIN_F4_TILES, Rewrite, _independent, rewrite_model, winograd_conv3x3
 from korch.pipeline import rewrite_checked, run_fission
 from korch.settings import AccuracyPolicy
 from korch.verify import random_feeds, run_onnxruntime
@@ -458,7 +458,7 @@ def test_efficientvit_attention_runs_channel_first_and_fissions_to_the_model_as_
     _fissions_to_the_model_as_given(model, result, seed=9)
 
 
-def _conv3x3_model(*, c: int = 128, m: int = 128, size: tuple[int, int] = (6, 8), pads: tuple[int, ...] = (1, 1, 1, 1),
+def _conv3x3_model(*, c: int = 128, m: int = 128, size: tuple[int, int] = (10, 10), pads: tuple[int, ...] = (1, 1, 1, 1),
                    bias: bool = True, batch: int = 1, reflect: bool = False, kernel: int = 3, stride: int = 1,
                    group: int = 1, dilation: int = 1, weight_input: bool = False) -> onnx.ModelProto:
     """x [batch, c, *size] (reflect: padded by 1 by a Pad node, the Conv unpadded), then a Conv of m
@@ -499,12 +499,17 @@ WINOGRAD_RTOL = 2e-6      # fp32 transforms and 16-term sums in another order: 3
                                      dict(bias=False), dict(batch=2), dict(reflect=True), dict(c=160, m=130)],
                          ids=["same", "odd", "valid", "uneven pads", "no bias", "batch 2", "reflect pad", "160->130"])
 def test_a_wide_3x3_conv_is_computed_by_winograd_f2x2_3x3(variant: dict) -> None:
+    """F(2x2, 3x3) as the rule writes it (on images small enough that the default's MIN_F2_TILES gate
+    would keep some direct: the gate is the next test's): 16 depthwise transforms, 16 products, the
+    four output parities interleaved; tiles past the output cropped."""
+    variant = {"size": (6, 8), **variant}
     model = _conv3x3_model(**variant)
-    rewritten, notes = rewrite_model(model)
+    rewritten, notes = rewrite_model(model, rules=(functools.partial(winograd_conv3x3, min_f2_tiles=1),))
     assert len(notes) == 1 and "F(2x2, 3x3)" in notes[0], notes
     ops = [n.op_type for n in rewritten.graph.node]
     assert ops.count("Conv") == 32 and ops.count("DepthToSpace") == 1 and ops[-1] == "Relu", ops
-    assert ("Slice" in ops) == (variant.get("size", (6, 8)) == (7, 9) or "pads" in variant and variant["pads"] != (
+    out = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim][2:]
+    assert ("Slice" in ops) == (out[0] % 2 != 0 or out[1] % 2 != 0 or "pads" in variant and variant["pads"] != (
         0, 0, 0, 0)), ops
     _agrees_at_the_borders(model, rewritten, WINOGRAD_RTOL)
 
@@ -532,16 +537,14 @@ def test_a_wide_3x3_conv_with_enough_tiles_is_computed_by_winograd_f4x4_3x3(vari
     """F(4x4, 3x3), as the rule writes it for a layer of at least MIN_F4_TILES output tiles (forced here
     on small images; the default's choice by size is the next test's): 6 + 36 depthwise transforms, 36
     products, one MatMul for the 16 output positions; tiles past the output cropped."""
+    variant = {"size": (6, 8), **variant}
     model = _conv3x3_model(**variant)
-    rule = functools.partial(winograd_conv3x3, min_f4_tiles=1)
+    rule = functools.partial(winograd_conv3x3, min_f4_tiles=1, min_f2_tiles=1)
     rewritten, notes = rewrite_model(model, rules=(rule,))
     assert len(notes) == 1 and "F(4x4, 3x3)" in notes[0], notes
     ops = [n.op_type for n in rewritten.graph.node]
     assert ops.count("Conv") == 78 and ops.count("MatMul") == 1 and ops.count("DepthToSpace") == 1, ops
-    size = variant.get("size", (6, 8))
-    out = [size[k] + sum(variant.get("pads", (1, 1, 1, 1))[k::2]) - 2 for k in (0, 1)]
-    if variant.get("reflect"):
-        out = list(size)
+    out = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim][2:]
     assert ("Slice" in ops) == (out[0] % 4 != 0 or out[1] % 4 != 0), (ops, out)
     _agrees_at_the_borders(model, rewritten, WINOGRAD_F4_RTOL)
 
@@ -553,6 +556,21 @@ def test_winograd_takes_f4x4_where_the_output_has_enough_tiles_and_f2x2_below() 
     assert MIN_F4_TILES == 169
     assert len(small_notes) == 1 and "F(2x2, 3x3)" in small_notes[0], small_notes
     assert len(large_notes) == 1 and "F(4x4, 3x3)" in large_notes[0], large_notes
+
+
+@pytest.mark.parametrize("size,taken", [((10, 10), True), ((9, 10), True), ((8, 10), False), ((7, 7), False)],
+                         ids=["25 tiles", "25 tiles, odd", "20 tiles", "7x7: 16 tiles"])
+def test_winograd_keeps_a_conv_direct_where_its_output_has_few_tiles(size: tuple[int, int], taken: bool) -> None:
+    """Below MIN_F2_TILES 2x2 output tiles (ResNet-50's 7x7 last stage) the products are too narrow and
+    the tiles past the edge too many: the conv stays as given."""
+    assert MIN_F2_TILES == 25
+    model = _conv3x3_model(size=size)
+    if taken:
+        rewritten, notes = rewrite_model(model)
+        assert len(notes) == 1 and "F(2x2, 3x3)" in notes[0], notes
+        _agrees_at_the_borders(model, rewritten, WINOGRAD_RTOL)
+    else:
+        _left_alone(model)
 
 
 @pytest.mark.parametrize("variant", [dict(c=64), dict(m=96), dict(stride=2), dict(group=2), dict(dilation=2, pads=(2,) * 4),
@@ -587,8 +605,8 @@ def test_chained_rewrites_are_taken_in_one_pass_and_agree_with_the_model() -> No
         [helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1] * 4),
          helper.make_node("Relu", ["c1"], ["r1"]),
          helper.make_node("Conv", ["r1", "w2"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)], "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 6, 6])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, 6, 6])], initializer=inits)
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, 10, 10])], initializer=inits)
     model = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9))
     rewritten, notes = rewrite_model(model)
     assert len(notes) == 2 and all("Winograd" in n for n in notes), notes
