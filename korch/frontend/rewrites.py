@@ -43,8 +43,8 @@ was the largest non-linear op of OpenVINO's efficientvit-b1). efficientvit-b1: o
 -> 9.10 ms, OpenVINO 9.83 -> 9.09 ms side by side (2 threads, 2026-12-02).
 
 one_row_read. A Gather or Slice of one position along an axis, such as ViT's classifier reading the
-class token (`x[:, 0]`) or a decoder's last token (`x[:, -1:]`), is computed from that position alone as far back as nothing else needs the other positions
-(its docstring): ViT's last encoder block then computes keys and values for every token and the
+class token (`x[:, 0]`) or a decoder's last token (`x[:, -1:]`), is computed from that position
+alone as far back as nothing else needs the other positions (its docstring): ViT's last encoder block then computes keys and values for every token and the
 rest (query, attention row, projection, MLP, norms) for the class token only. vit-b16: 35.1 -> 32.7
 GFLOP; OpenVINO 171 -> 159 ms, onnxruntime 181 -> 171 ms side by side (2 threads, 2026-12-06,
 benchmarks/rewrite_gain.py vit-b16).
