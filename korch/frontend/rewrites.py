@@ -44,10 +44,10 @@ was the largest non-linear op of OpenVINO's efficientvit-b1). efficientvit-b1: o
 
 one_row_read. A Gather or Slice of one position along an axis, such as ViT's classifier reading the
 class token (`x[:, 0]`) or a decoder's last token (`x[:, -1:]`), is computed from that position
-alone as far back as nothing else needs the other positions (its docstring): ViT's last encoder block then computes keys and values for every token and the
-rest (query, attention row, projection, MLP, norms) for the class token only. vit-b16: 35.1 -> 32.7
-GFLOP; OpenVINO 171 -> 159 ms, onnxruntime 181 -> 171 ms side by side (2 threads, 2026-12-06,
-benchmarks/rewrite_gain.py vit-b16).
+alone as far back as nothing else needs the other positions (its docstring): ViT's last encoder
+block then computes keys and values for every token and the rest (query, attention row, projection,
+MLP, norms) for the class token only. vit-b16: 35.1 -> 32.7 GFLOP; OpenVINO 171 -> 159 ms,
+onnxruntime 181 -> 171 ms side by side (2 threads, 2026-12-06, benchmarks/rewrite_gain.py vit-b16).
 
 winograd_conv3x3. A dense 3x3 stride-1 convolution of at least 128 channels in and out computed by
 Winograd's F(2x2, 3x3) (its docstring): 16 instead of 36 multiplies per output tile and channel pair,
