@@ -28,6 +28,7 @@ ONNX file is named by its file's stem (benchmarks/export_torchvision.py writes s
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
@@ -96,14 +98,21 @@ def _same_memory(a: int, b: int) -> bool:
     by vfork does until it execs, and read then it shows its parent's memory as its own (a process
     holding 1,500 MiB read as 3,049: benchmarks/tree_pss_vfork.py). kcmp(2) with KCMP_VM; False where
     it cannot tell (no syscall, no permission)."""
+    kcmp = _kcmp()
+    return kcmp is not None and kcmp(a, b, 1, 0, 0) == 0          # KCMP_VM = 1
+
+
+@functools.cache
+def _kcmp() -> Callable[..., int] | None:
+    """kcmp(2) through libc's syscall(), or None on an architecture whose number is not known here;
+    looked up once: the sampler asks for every child, ten times a second."""
     import ctypes
-    import platform
 
     number = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
     if number is None:
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.syscall(number, a, b, 1, 0, 0) == 0          # KCMP_VM = 1
+        return None
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    return functools.partial(syscall, number)
 
 
 def _tree_mb(pid: int, with_pss: bool = True) -> tuple[float, float, list]:

@@ -919,6 +919,11 @@ MIN_F4_TILES = 169
 MIN_F2_TILES = 25
 
 
+def _tiles(shape: Sequence[int], side: int) -> int:
+    """Output tiles of side x side that cover an NCHW output of `shape`, the last ones past its edge."""
+    return -(-shape[2] // side) * -(-shape[3] // side)
+
+
 def _winograd_weights(w: np.ndarray) -> np.ndarray:
     """G w G^T for every filter of w [M, C, 3, 3], as [4, 4, M, C] in float64: one product of the
     16 x 9 matrix kron(G, G) with the filters as columns (entry (a, b) of G f G^T is the sum over
@@ -959,10 +964,10 @@ def winograd_conv3x3(g: _Graph, node: onnx.NodeProto, min_channels: int = MIN_WI
     bias = g.array(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if len(node.input) > 2 and node.input[2] and bias is None:
         return None
-    if -(-y_shape[2] // 2) * -(-y_shape[3] // 2) < min_f2_tiles:
+    if _tiles(y_shape, 2) < min_f2_tiles:
         return None
     w = g.array(node.input[1])
-    if -(-y_shape[2] // 4) * -(-y_shape[3] // 4) >= min_f4_tiles:
+    if _tiles(y_shape, 4) >= min_f4_tiles:
         return _winograd_f4(g, node, w, bias is not None)
     m, c = w.shape[:2]
     n, _, ho, wo = y_shape
