@@ -85,14 +85,52 @@ def share_weights(source: OnnxSource, graph: Graph) -> OnnxSource:
     model = copy_fields(source.model, onnx.ModelProto(), skip=("graph",))
     copy_fields(source.model.graph, model.graph, skip=("initializer",))
     arrays = dict(source.arrays)
+    transposed = _transposed_constants(graph.constants)
     for tensor in source.model.graph.initializer:
         prim = source.value_map.get(tensor.name)
-        if not is_shared(tensor) and _shareable(tensor, prim, graph.constants):
-            arrays[tensor.name] = graph.constants[prim]
-            model.graph.initializer.append(shared_initializer(tensor.name, arrays[tensor.name]))
+        array = None
+        if not is_shared(tensor):
+            if _shareable(tensor, prim, graph.constants):
+                array = graph.constants[prim]
+            else:
+                array = _transpose_held(tensor, transposed)
+        if array is not None:
+            arrays[tensor.name] = array
+            model.graph.initializer.append(shared_initializer(tensor.name, array))
         else:
             model.graph.initializer.append(tensor)
     return OnnxSource(model, source.value_map, source.weights_dir, arrays)
+
+
+def _transposed_constants(constants: Mapping[str, np.ndarray]) -> dict[tuple[str, tuple[int, ...]], list[np.ndarray]]:
+    """The graph's 2-D constants of weight size stored column-major, by dtype and the shape of their
+    transpose: what fission folds a weight read transposed to (Gemm's transB, a MatMul of a
+    Transpose), a copy of the initializer laid out as its transpose."""
+    found: dict[tuple[str, tuple[int, ...]], list[np.ndarray]] = {}
+    for array in constants.values():
+        if array.ndim == 2 and array.nbytes >= FOLDED_WEIGHT_MIN_BYTES and array.flags.f_contiguous \
+                and not array.flags.c_contiguous:
+            found.setdefault((array.dtype.str, array.shape[::-1]), []).append(array)
+    return found
+
+
+def _transpose_held(tensor: onnx.TensorProto, transposed: Mapping[tuple[str, tuple[int, ...]], list[np.ndarray]]
+                    ) -> np.ndarray | None:
+    """An embedded 2-D initializer's data as a view of the graph constant that is its transpose, if one
+    is (same dtype, equal values): the initializer need not be held a second time. VGG-16's classifier
+    (Gemm with transB, 472 MiB) was held as the model's initializers and as fission's transposed
+    constants through the whole optimize."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.dims) != 2:
+        return None
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    matches = transposed.get((np.dtype(dtype).str, tuple(tensor.dims)), ())
+    if not matches:
+        return None
+    data = numpy_helper.to_array(tensor)       # (one weight, read once to compare)
+    for array in matches:
+        if np.array_equal(array.T, data):
+            return array.T                     # C-contiguous: the constant's own memory
+    return None
 
 
 def _region(source: OnnxSource, graph: Graph, candidate: Candidate,

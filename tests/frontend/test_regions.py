@@ -108,3 +108,45 @@ def test_a_source_sharing_the_graphs_weights_holds_them_once_and_computes_the_sa
         got = run_onnxruntime(region, {i: feeds[i] for i in whole.inputs}, shared=shared)
         for diff in diff_outputs({o: got[o] for o in whole.outputs}, expected):
             assert diff.rel <= RTOL, f"{diff} (seed {seed})"
+
+
+def _read_transposed(seed: int) -> onnx.ModelProto:
+    """y = Gemm(x, w, transB=1) + x @ -(v.T): fission folds both weights to column-major constants of
+    one shape, w.T and -(v.T); only the first holds an initializer's values."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((32, 64)).astype(np.float32), name) for name in ("w", "v")]
+    n = helper.make_node
+    graph = helper.make_graph(
+        [n("Gemm", ["x", "w"], ["g"], name="gemm", transB=1), n("Transpose", ["v"], ["vt"], name="t", perm=[1, 0]),
+         n("Neg", ["vt"], ["nvt"], name="neg"), n("MatMul", ["x", "nvt"], ["m"], name="mm"),
+         n("Add", ["g", "m"], ["y"], name="add")],
+        "transposed", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 32])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    return model
+
+
+def test_a_weight_fission_holds_only_transposed_is_shared_as_a_view_of_that_constant() -> None:
+    """A Gemm's transB weight is held once: the initializer's data is the transposed constant's own
+    memory seen as its transpose, matched by values, not by shape alone (v's folded -(v.T) has the same
+    shape and stays embedded); onnxruntime given the arrays computes what the original model does."""
+    from korch.frontend.regions import is_shared, share_weights
+
+    seed = int(np.random.default_rng().integers(2**31))
+    model = _read_transposed(seed)
+    fissioned = run_fission(model)
+    graph = fissioned.graph
+    column_major = [a for a in graph.constants.values() if a.shape == (64, 32)]
+    assert len(column_major) == 2 and all(a.flags.f_contiguous and not a.flags.c_contiguous for a in column_major), \
+        "fission no longer folds both to column-major constants: nothing is tested"
+    source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), graph)
+    stand_ins = {t.name for t in source.model.graph.initializer if is_shared(t)}
+    assert stand_ins == {"w"} == set(source.arrays)
+    w = source.arrays["w"]
+    assert w.flags.c_contiguous and any(np.shares_memory(w, a) for a in column_major)
+    np.testing.assert_array_equal(w, numpy_helper.to_array(model.graph.initializer[0]))
+
+    feeds = random_feeds(graph, seed)
+    for diff in diff_outputs(run_onnxruntime(source.model, feeds, shared=source.arrays), run_onnxruntime(model, feeds)):
+        assert diff.rel <= RTOL, f"{diff} (seed {seed})"
