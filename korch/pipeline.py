@@ -28,7 +28,7 @@ from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.onnx_import import model_digest, read_model
 from korch.frontend.regions import OnnxSource, share_weights
 from korch.frontend.rewrites import F2_RULES, F2_RULES_NAME, rewrite_model, uses_f4
-from korch.heap import peak_rss_mib
+from korch.heap import blocks_returned, peak_rss_mib
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
@@ -133,8 +133,12 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
     t1 = time.perf_counter()
     fissioned = fission_model(model, strict)
     if original is not None:
+        # checked as onnxruntime reads it from the primitive graph's constants (share_weights), not a
+        # serialized copy of the rewritten model's weights
+        shared = share_weights(OnnxSource(model, dict(fissioned.value_map or {})), fissioned.graph)
         checked, rewrites = _checked_rewrites(original, model, rewrites, random_feeds(fissioned.graph, seed), accuracy,
-                                              strict, given, db, seed)
+                                              strict, given, db, seed, shared)
+        del shared
         if checked is not model:
             model = checked
             fissioned = fission_model(model, strict)
@@ -148,11 +152,12 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
 
 def _checked_rewrites(original: onnx.ModelProto, rewritten: onnx.ModelProto, rewrites: tuple[str, ...],
                       feeds: Mapping[str, np.ndarray], accuracy: AccuracyPolicy, strict: bool,
-                      given: str | os.PathLike | None, db: ProfileDB | None, seed: int
-                      ) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+                      given: str | os.PathLike | None, db: ProfileDB | None, seed: int,
+                      shared: OnnxSource | None = None) -> tuple[onnx.ModelProto, tuple[str, ...]]:
     """The rewritten model and its rewrites' notes if it passes `rewrite_checked`; where it does not
     and has Winograd layers in F(4x4, 3x3), the model rewritten by F2_RULES (F(2x2, 3x3) only) if that
-    passes; else `original` and no notes. A verdict passed is remembered in `db`, each form's apart."""
+    passes; else `original` and no notes. A verdict passed is remembered in `db`, each form's apart.
+    `shared`: `rewritten` with its weights held as the primitive graph's arrays, checked in its place."""
     key = rewrite_check_key(original, accuracy, seed) if db is not None else None
     if key is not None and db.rewrites_passed(key):
         log.info("rewrites: passed their check on this model before")
@@ -162,7 +167,7 @@ def _checked_rewrites(original: onnx.ModelProto, rewritten: onnx.ModelProto, rew
     if f4 and closer_key is not None and db.rewrites_passed(closer_key):
         log.info("rewrites: with Winograd in F(2x2, 3x3) only, passed their check on this model before")
         return rewrite_model(original, F2_RULES)
-    if rewrite_checked(original, rewritten, feeds, accuracy, strict, given):
+    if rewrite_checked(original, rewritten if shared is None else shared, feeds, accuracy, strict, given):
         if key is not None:
             db.put_rewrites_passed(key)
         return rewritten, rewrites
@@ -188,7 +193,7 @@ def rewrite_check_key(model: onnx.ModelProto, accuracy: AccuracyPolicy, seed: in
     return h.hexdigest()
 
 
-def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
+def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto | OnnxSource, feeds: Mapping[str, np.ndarray],
                     accuracy: AccuracyPolicy = AccuracyPolicy(), strict: bool = False,
                     given: str | os.PathLike | None = None) -> bool:
     """Whether onnxruntime's outputs of the rewritten model are those of the model as given, on `feeds`,
@@ -199,12 +204,17 @@ def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: M
     as given in the end either way. A deep model needs the second test: yolov4 with its 3x3
     convolutions in Winograd's form is 1.4e-4 from onnxruntime, where onnxruntime itself is ~3e-4
     from exact. `given`: the file `model` was read from, which onnxruntime then reads itself instead
-    of a serialized copy of `model` (yolov4: +691 MiB against +955, benchmarks/rewrite_check_memory.py)."""
+    of a serialized copy of `model` (yolov4: +691 MiB against +955, benchmarks/rewrite_check_memory.py).
+    `rewritten` as an OnnxSource: its stand-in initializers' data handed to onnxruntime as arrays."""
     def exact() -> Mapping[str, np.ndarray]:
         return run_graph(fission_model(model, strict).graph, feeds)
-    checks = judge_outputs(0, onnxruntime_runner(rewritten)(feeds),
-                           onnxruntime_runner(model if given is None else given)(feeds), exact,
-                           accuracy.rtol, accuracy.tolerance)
+    with blocks_returned():
+        ours = onnxruntime_runner(rewritten) if isinstance(rewritten, onnx.ModelProto) else \
+            onnxruntime_runner(rewritten.model, shared=rewritten.arrays)
+        actual = ours(feeds)
+        del ours                            # (its session, before the next one loads)
+        expected = onnxruntime_runner(model if given is None else given)(feeds)
+        checks = judge_outputs(0, actual, expected, exact, accuracy.rtol, accuracy.tolerance)
     for check in checks:
         if not check.ok:
             log.warning("rewrites dropped: output %r moved by %.2e of its scale (tolerance %.0e)",

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from korch.backends.reference import run_graph
+from korch.heap import blocks_returned
 from korch.ir.graph import Graph
 from korch.ir.types import DType
 
@@ -300,10 +301,12 @@ class PlanChecker:
             # Every seed's outputs in one go, and the session goes with this call: kept for later
             # plans, a whole-model session held the model's weights again (and its packed copies)
             # through all of measured selection, when optimize's memory peaks.
-            run = onnxruntime_runner(self.model() if callable(self.model) else self.model, shared=self.shared)
-            for s in dict.fromkeys((*self.seeds, seed)):
-                if s not in self._expected:
-                    self._expected[s] = run(self.feeds(s))
+            with blocks_returned():     # its copies of the weights given back: not the next plan's floor
+                run = onnxruntime_runner(self.model() if callable(self.model) else self.model, shared=self.shared)
+                for s in dict.fromkeys((*self.seeds, seed)):
+                    if s not in self._expected:
+                        self._expected[s] = run(self.feeds(s))
+                del run
         return self._expected[seed]
 
     def exact(self, seed: int) -> dict[str, np.ndarray]:

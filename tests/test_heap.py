@@ -88,3 +88,43 @@ def test_profile_keys_set_the_policy_they_name():
     keyed = _probe("key-only")
     assert keyed["version"].endswith("|heap-kept")
     assert keyed["faults"] < 100, keyed
+
+
+_RETURNED = textwrap.dedent("""
+    import ctypes, json, sys
+    import numpy as np
+    from korch.heap import blocks_returned, keep_freed_blocks
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")]
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = Mallinfo2
+    def mapped(mib):
+        a = np.empty(mib << 20, np.uint8)
+        a[::4096] = 1
+        return libc.mallinfo2().hblkhd     # bytes in blocks glibc mapped on their own, while `a` lives
+    if sys.argv[1] == "set":
+        keep_freed_blocks()
+    before = mapped(64)
+    with blocks_returned():                # (larger than the block freed before, which it would reuse)
+        inside = mapped(96)
+    print(json.dumps({"before": before, "inside": inside, "after": mapped(128),
+                      "applied": keep_freed_blocks.cache_info().currsize}))
+""")
+
+
+@pytest.mark.parametrize("mode", ["set", "never-set"])
+def test_blocks_are_returned_inside_a_one_off_step_and_kept_again_after_it(mode):
+    """blocks_returned: under the kept policy, a large block made inside is mapped (given back when
+    freed) and one made after comes from the heap again; where the policy was never set, it sets none."""
+    done = subprocess.run([sys.executable, "-c", _RETURNED, mode], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "KORCH_KEEP_FREED_BLOCKS"},
+                          check=True, timeout=120)
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    if mode == "set":
+        assert got["before"] < 64 << 20 and got["after"] < 64 << 20, got
+        assert got["inside"] >= 64 << 20, got
+    else:
+        assert got["applied"] == 0, got
+        assert all(got[k] >= 64 << 20 for k in ("before", "inside", "after")), got   # glibc's own: mapped
