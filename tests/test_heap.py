@@ -16,7 +16,16 @@ import pytest
 # Allocate, touch and free a 64 MiB array a few times: above glibc's largest dynamic mmap threshold
 # (32 MiB), so without the policy every allocation is mapped afresh (with numpy's huge pages that
 # is ~540 faults a time here, not 16,384), which glibc's mallinfo2 counts while the block lives.
-_PROBE = textwrap.dedent("""
+_MALLINFO = textwrap.dedent("""
+    import ctypes
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                     "fordblks", "keepcost")]
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = Mallinfo2
+""")
+_PROBE = _MALLINFO + textwrap.dedent("""
     import ctypes, json, resource, sys
     import numpy as np
     from korch.heap import keep_freed_blocks
@@ -25,12 +34,6 @@ _PROBE = textwrap.dedent("""
     from korch.settings import ProfileSettings
     policy = keep_freed_blocks() if sys.argv[1] == "set" else None
     version = record_version(get_backend("onnxruntime"), ProfileSettings())
-    class Mallinfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in
-                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-                     "fordblks", "keepcost")]
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = Mallinfo2
     mapped = []
     def once():
         a = np.empty(64 << 20, np.uint8)
@@ -90,16 +93,10 @@ def test_profile_keys_set_the_policy_they_name():
     assert keyed["faults"] < 100, keyed
 
 
-_RETURNED = textwrap.dedent("""
+_RETURNED = _MALLINFO + textwrap.dedent("""
     import ctypes, json, sys
     import numpy as np
     from korch.heap import blocks_returned, keep_freed_blocks
-    class Mallinfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in
-                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-                     "fordblks", "keepcost")]
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = Mallinfo2
     def mapped(mib):
         a = np.empty(mib << 20, np.uint8)
         a[::4096] = 1
