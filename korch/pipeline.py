@@ -208,13 +208,13 @@ def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto | OnnxSou
     `rewritten` as an OnnxSource: its stand-in initializers' data handed to onnxruntime as arrays."""
     def exact() -> Mapping[str, np.ndarray]:
         return run_graph(fission_model(model, strict).graph, feeds)
-    with blocks_returned():
+    with blocks_returned():                 # (the sessions only: the reference's arrays are reused)
         ours = onnxruntime_runner(rewritten) if isinstance(rewritten, onnx.ModelProto) else \
             onnxruntime_runner(rewritten.model, shared=rewritten.arrays)
         actual = ours(feeds)
         del ours                            # (its session, before the next one loads)
         expected = onnxruntime_runner(model if given is None else given)(feeds)
-        checks = judge_outputs(0, actual, expected, exact, accuracy.rtol, accuracy.tolerance)
+    checks = judge_outputs(0, actual, expected, exact, accuracy.rtol, accuracy.tolerance)
     for check in checks:
         if not check.ok:
             log.warning("rewrites dropped: output %r moved by %.2e of its scale (tolerance %.0e)",
