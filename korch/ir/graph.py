@@ -253,11 +253,13 @@ class GraphBuilder:
         self._types[name] = type_
         return Value(name, type_)
 
-    def add_constant(self, array: np.ndarray, name: str | None = None, owned: bool = False) -> Value:
+    def add_constant(self, array: np.ndarray, name: str | None = None, owned: bool = False,
+                     view: bool = False) -> Value:
         """`owned`: the caller hands `array` over (nobody else holds or writes it), so a C-contiguous
         one is kept as it is instead of copied (fission's initializers: copying bert-base's 435 MB
-        again was 0.67 s of its warm optimize)."""
-        if not (owned and isinstance(array, np.ndarray) and array.flags.c_contiguous):
+        again was 0.67 s of its warm optimize). `view`: `array` is a view of one of this builder's
+        (read-only) constants, kept as it is."""
+        if not (view or (owned and isinstance(array, np.ndarray) and array.flags.c_contiguous)):
             array = np.array(array, copy=True)
         array.setflags(write=False)
         small = array.size <= SHARE_CONSTANT_MAX_ELEMENTS
@@ -288,7 +290,9 @@ class GraphBuilder:
             folded = np.asarray(self._fold(node, [self._constants[n] for n in names]), dtype=out_type.dtype.numpy)
             if not out_type.admits(folded.shape):
                 folded = folded.reshape(out_type.shape)
-            return self.add_constant(folded)
+            # A transposed constant is a view of it, not a copy: gpt2-small's logits read its 147 MB
+            # token embedding transposed, held twice. (Its layout is what a copy in order K had.)
+            return self.add_constant(folded, view=op == "transpose" and np.shares_memory(folded, self._constants[names[0]]))
         name = self.fresh_name()
         self._nodes.append(Node(op, names, name, frozen, origin))
         self._types[name] = out_type

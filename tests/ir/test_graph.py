@@ -34,6 +34,26 @@ def test_constant_primitives_fold_and_inputs_do_not() -> None:
     np.testing.assert_array_equal(run_graph(graph, {"x": feed})["y"], feed + 2 * np.arange(3, dtype=np.float32))
 
 
+def test_a_transposed_constant_is_a_view_of_it_and_computes_the_same() -> None:
+    """A folded transpose of a constant shares its memory (gpt2-small's tied token embedding, read
+    whole by a Gather and transposed by the logits' MatMul, was held twice); other folds copy."""
+    rng = np.random.default_rng()
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    b = _builder()
+    x = b.add_input("x", TensorType((2, 3), F32))
+    weight = b.add_constant(w, name="w")
+    wt = b.emit("transpose", [weight], {"perm": (1, 0)})
+    doubled = b.emit("mul", [weight, b.add_constant(np.array(2.0, np.float32))])
+    y = b.emit("matmul", [b.emit("matmul", [x, wt]), doubled])
+    graph = check_graph(b.build([("y", y), ("w_out", weight)]))
+    held = graph.constants["w"]
+    assert np.shares_memory(graph.constants[wt.name], held)
+    assert not np.shares_memory(graph.constants[doubled.name], held)
+    assert not graph.constants[wt.name].flags.writeable
+    feed = rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(run_graph(graph, {"x": feed})["y"], (feed @ w.T) @ (2 * w), rtol=1e-5)
+
+
 def test_small_constants_are_shared_by_value() -> None:
     b = _builder()
     one = b.add_constant(np.array(1.0, np.float32))
