@@ -2,7 +2,7 @@
 
     python benchmarks/rewrite_check_memory.py MODEL CACHE_DIR {none,rewritten,original-model,original-file,exact}
 
-The rewrite check (pipeline.rewrite_checked, cold runs only: a warm run remembers it) compares
+The rewrite check (frontend/rewrite_check.py rewrite_checked, cold runs only: a warm run remembers it) compares
 onnxruntime's outputs of the rewritten model with its outputs of the model as given, and, where
 they differ by more than rtol, with the float64 reference of the model as given, fissioned again
 for it. After what run_fission holds by then (the model as given, the rewritten model and its

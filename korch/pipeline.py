@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import time
@@ -11,11 +10,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import onnx
 
 from korch.backends import get_backend
-from korch.backends.reference import run_graph
 from korch.candidates import Candidate, enumerate_candidates, opaque_regions, region_candidates
 from korch.candidates.regions import balanced_tiling, whole_model_region
 from korch.candidates.store import decode as decode_candidates
@@ -25,10 +22,11 @@ from korch.costmodel.features import FEATURES_VERSION, features_by_key
 from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
-from korch.frontend.onnx_import import model_digest, read_model
+from korch.frontend.onnx_import import read_model
 from korch.frontend.regions import OnnxSource, share_weights
-from korch.frontend.rewrites import F2_RULES, F2_RULES_NAME, rewrite_model, uses_f4
-from korch.heap import blocks_returned, peak_rss_mib
+from korch.frontend.rewrite_check import checked_rewrites
+from korch.frontend.rewrites import rewrite_model
+from korch.heap import peak_rss_mib
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.plan import Plan, Step
@@ -59,12 +57,9 @@ from korch.verify import (
     PlanCheck,
     PlanChecker,
     VerifyReport,
-    judge_outputs,
-    onnxruntime_runner,
     random_feeds,
     verify_graph,
 )
-from korch.version import code_version
 
 log = logging.getLogger("korch.pipeline")
 
@@ -136,7 +131,7 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
         # checked as onnxruntime reads it from the primitive graph's constants (share_weights), not a
         # serialized copy of the rewritten model's weights
         shared = share_weights(OnnxSource(model, dict(fissioned.value_map or {})), fissioned.graph)
-        checked, rewrites = _checked_rewrites(original, model, rewrites, random_feeds(fissioned.graph, seed), accuracy,
+        checked, rewrites = checked_rewrites(original, model, rewrites, random_feeds(fissioned.graph, seed), accuracy,
                                               strict, given, db, seed, shared)
         del shared
         if checked is not model:
@@ -148,79 +143,6 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
     report = verify_graph(model, fissioned.graph, seed=seed, rtol=accuracy.rtol) if verify else None
     return FissionResult(model, fissioned.graph, t1 - t0, t2 - t1, report, fissioned.value_map, fissioned.opaque,
                          rewrites, original)
-
-
-def _checked_rewrites(original: onnx.ModelProto, rewritten: onnx.ModelProto, rewrites: tuple[str, ...],
-                      feeds: Mapping[str, np.ndarray], accuracy: AccuracyPolicy, strict: bool,
-                      given: str | os.PathLike | None, db: ProfileDB | None, seed: int,
-                      shared: OnnxSource | None = None) -> tuple[onnx.ModelProto, tuple[str, ...]]:
-    """The rewritten model and its rewrites' notes if it passes `rewrite_checked`; where it does not
-    and has Winograd layers in F(4x4, 3x3), the model rewritten by F2_RULES (F(2x2, 3x3) only) if that
-    passes; else `original` and no notes. A verdict passed is remembered in `db`, each form's apart.
-    `shared`: `rewritten` with its weights held as the primitive graph's arrays, checked in its place."""
-    key = rewrite_check_key(original, accuracy, seed) if db is not None else None
-    if key is not None and db.rewrites_passed(key):
-        log.info("rewrites: passed their check on this model before")
-        return rewritten, rewrites
-    f4 = uses_f4(rewrites)
-    closer_key = None if key is None else f"{key}|{F2_RULES_NAME}"
-    if f4 and closer_key is not None and db.rewrites_passed(closer_key):
-        log.info("rewrites: with Winograd in F(2x2, 3x3) only, passed their check on this model before")
-        return rewrite_model(original, F2_RULES)
-    if rewrite_checked(original, rewritten if shared is None else shared, feeds, accuracy, strict, given):
-        if key is not None:
-            db.put_rewrites_passed(key)
-        return rewritten, rewrites
-    if f4:
-        closer, notes = rewrite_model(original, F2_RULES)
-        if rewrite_checked(original, closer, feeds, accuracy, strict, given):
-            log.warning("rewrites: taken with Winograd in F(2x2, 3x3) only (F(4x4, 3x3) missed the accuracy policy)")
-            if closer_key is not None:
-                db.put_rewrites_passed(closer_key)
-            return closer, notes
-    return original, ()
-
-
-def rewrite_check_key(model: onnx.ModelProto, accuracy: AccuracyPolicy, seed: int) -> str:
-    """What a rewrite check's verdict depends on: the model as given (model_digest), korch's code (the
-    rules), onnxruntime's version (its outputs judge), the accuracy policy and the input's seed. A warm
-    optimize of yolov4 spent 6 s checking its 33 Winograd rewrites again (two onnxruntime sessions and
-    a float64 reference run: its fission stage 6.9 s, 0.8 s remembered)."""
-    import onnxruntime
-
-    h = hashlib.sha256(model_digest(model).encode())
-    h.update(f"|{code_version()}|{onnxruntime.__version__}|{accuracy.rtol}|{accuracy.fp32_factor}|{seed}".encode())
-    return h.hexdigest()
-
-
-def rewrite_checked(model: onnx.ModelProto, rewritten: onnx.ModelProto | OnnxSource, feeds: Mapping[str, np.ndarray],
-                    accuracy: AccuracyPolicy = AccuracyPolicy(), strict: bool = False,
-                    given: str | os.PathLike | None = None) -> bool:
-    """Whether onnxruntime's outputs of the rewritten model are those of the model as given, on `feeds`,
-    under the accuracy policy that judges every plan (verify.judge_outputs): within `accuracy.rtol` of
-    onnxruntime's outputs of the model, or else within what onnxruntime's own error earns against the
-    float64 reference of the model AS GIVEN (fissioned again for it: a wrong identity must not be its
-    own judge). Rewrites that fail are dropped, with a warning; the plan is checked against the model
-    as given in the end either way. A deep model needs the second test: yolov4 with its 3x3
-    convolutions in Winograd's form is 1.4e-4 from onnxruntime, where onnxruntime itself is ~3e-4
-    from exact. `given`: the file `model` was read from, which onnxruntime then reads itself instead
-    of a serialized copy of `model` (yolov4: +691 MiB against +955, benchmarks/rewrite_check_memory.py).
-    `rewritten` as an OnnxSource: its stand-in initializers' data handed to onnxruntime as arrays."""
-    def exact() -> Mapping[str, np.ndarray]:
-        return run_graph(fission_model(model, strict).graph, feeds)
-    with blocks_returned():                 # (the sessions only: the reference's arrays are reused)
-        ours = onnxruntime_runner(rewritten) if isinstance(rewritten, onnx.ModelProto) else \
-            onnxruntime_runner(rewritten.model, shared=rewritten.arrays)
-        actual = ours(feeds)
-        del ours                            # (its session, before the next one loads)
-        expected = onnxruntime_runner(model if given is None else given)(feeds)
-    checks = judge_outputs(0, actual, expected, exact, accuracy.rtol, accuracy.tolerance)
-    for check in checks:
-        if not check.ok:
-            log.warning("rewrites dropped: output %r moved by %.2e of its scale (tolerance %.0e)",
-                        check.diff.name, check.error, check.tolerance)
-            return False
-    return True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -557,7 +557,7 @@ class ProfileDB:
                          [(machine, float(nearest_ns), time.time())])
 
     def rewrites_passed(self, check_key: str) -> bool:
-        """Whether a model's rewrites passed their check before (pipeline.rewrite_check_key)."""
+        """Whether a model's rewrites passed their check before (frontend/rewrite_check.py rewrite_check_key)."""
         return bool(self._query("SELECT 1 FROM rewrite_checks WHERE check_key = ?", (check_key,)))
 
     def put_rewrites_passed(self, check_key: str) -> None:

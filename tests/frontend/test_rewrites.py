@@ -17,8 +17,9 @@ from korch import zoo
 from korch.backends.reference import run_graph
 from korch.errors import ModelLoadError
 from korch.frontend.onnx_import import load_model
+from korch.frontend.rewrite_check import rewrite_checked
 from korch.frontend.rewrites import MIN_F2_TILES, MIN_F4_TILES, Rewrite, _independent, rewrite_model, winograd_conv3x3
-from korch.pipeline import rewrite_checked, run_fission
+from korch.pipeline import run_fission
 from korch.settings import AccuracyPolicy
 from korch.verify import random_feeds, run_onnxruntime
 
@@ -147,7 +148,7 @@ def test_a_rewrite_that_changes_the_outputs_is_not_taken(caplog: pytest.LogCaptu
     rewritten, broken = _rewritten_and_broken(model, 1.01)
     feeds = _feeds(model, 3)
     assert rewrite_checked(model, rewritten, feeds, AccuracyPolicy(rtol=RTOL))
-    with caplog.at_level(logging.WARNING, logger="korch.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="korch.frontend.rewrites"):
         assert not rewrite_checked(model, broken, feeds, AccuracyPolicy(rtol=RTOL))
     assert "rewrites dropped" in caplog.text
 
@@ -620,7 +621,7 @@ def test_a_passed_rewrite_check_is_remembered_and_another_model_is_checked(tmp_p
     (two onnxruntime sessions and a float64 reference run) is not run again. Another model is checked."""
     from korch.profile.database import ProfileDB
 
-    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, logger="korch.pipeline"):
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, logger="korch.frontend.rewrites"):
         first = run_fission(_conv3x3_model(), rewrite=True, db=db)
         assert "passed their check on this model before" not in caplog.text
         again = run_fission(_conv3x3_model(), rewrite=True, db=db)
@@ -642,7 +643,7 @@ def test_rewrites_whose_f4x4_winograd_misses_the_accuracy_policy_are_taken_with_
     model = _conv3x3_model(size=(52, 52))                                 # 169 output tiles of 4x4
     strict = AccuracyPolicy(rtol=2e-6, fp32_factor=1.0)
     assert "F(4x4, 3x3)" in run_fission(model, rewrite=True).rewrites[0]     # the default policy takes it
-    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, logger="korch.pipeline"):
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, logger="korch.frontend.rewrites"):
         first = run_fission(model, rewrite=True, accuracy=strict, db=db)
         assert "F(4x4, 3x3) missed the accuracy policy" in caplog.text
         caplog.clear()
@@ -659,17 +660,17 @@ def test_the_rewrite_check_runs_a_model_file_as_onnxruntime_reads_it(tmp_path: P
     """A model from a file is run by onnxruntime from that file in the rewrite check, not serialized
     again from the loaded proto (benchmarks/rewrite_check_memory.py); the rewritten model, which
     exists only in memory, is run as a proto. With shapes fixed at load, the proto is run."""
-    import korch.pipeline as pipeline
+    import korch.frontend.rewrite_check as rewrite_check
 
     path = tmp_path / "conv3x3.onnx"
     onnx.save(_conv3x3_model(), path)
     given: list[object] = []
-    runner = pipeline.onnxruntime_runner
+    runner = rewrite_check.onnxruntime_runner
 
     def spy(model, *a, **k):
         given.append(model)
         return runner(model, *a, **k)
-    monkeypatch.setattr(pipeline, "onnxruntime_runner", spy)
+    monkeypatch.setattr(rewrite_check, "onnxruntime_runner", spy)
     result = run_fission(path, rewrite=True)
     assert len(result.rewrites) == 1 and result.original is not None
     assert [type(m) for m in given] == [onnx.ModelProto, type(path)] and given[1] == path
