@@ -128,12 +128,8 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
     t1 = time.perf_counter()
     fissioned = fission_model(model, strict)
     if original is not None:
-        # checked as onnxruntime reads it from the primitive graph's constants (share_weights), not a
-        # serialized copy of the rewritten model's weights
-        shared = share_weights(OnnxSource(model, dict(fissioned.value_map or {})), fissioned.graph)
         checked, rewrites = checked_rewrites(original, model, rewrites, random_feeds(fissioned.graph, seed), accuracy,
-                                              strict, given, db, seed, shared)
-        del shared
+                                             strict, given, db, seed, fissioned)
         if checked is not model:
             model = checked
             fissioned = fission_model(model, strict)

@@ -15,9 +15,9 @@ import numpy as np
 import onnx
 
 from korch.backends.reference import run_graph
-from korch.frontend.fission.driver import fission_model
+from korch.frontend.fission.driver import Fissioned, fission_model
 from korch.frontend.onnx_import import model_digest
-from korch.frontend.regions import OnnxSource
+from korch.frontend.regions import OnnxSource, share_weights
 from korch.frontend.rewrites import F2_RULES, F2_RULES_NAME, rewrite_model, uses_f4
 from korch.heap import blocks_returned
 from korch.settings import AccuracyPolicy
@@ -31,13 +31,14 @@ log = logging.getLogger("korch.frontend.rewrites")
 
 
 def checked_rewrites(original: onnx.ModelProto, rewritten: onnx.ModelProto, rewrites: tuple[str, ...],
-                      feeds: Mapping[str, np.ndarray], accuracy: AccuracyPolicy, strict: bool,
-                      given: str | os.PathLike | None, db: ProfileDB | None, seed: int,
-                      shared: OnnxSource | None = None) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+                     feeds: Mapping[str, np.ndarray], accuracy: AccuracyPolicy, strict: bool,
+                     given: str | os.PathLike | None, db: ProfileDB | None, seed: int,
+                     fissioned: Fissioned | None = None) -> tuple[onnx.ModelProto, tuple[str, ...]]:
     """The rewritten model and its rewrites' notes if it passes `rewrite_checked`; where it does not
     and has Winograd layers in F(4x4, 3x3), the model rewritten by F2_RULES (F(2x2, 3x3) only) if that
     passes; else `original` and no notes. A verdict passed is remembered in `db`, each form's apart.
-    `shared`: `rewritten` with its weights held as the primitive graph's arrays, checked in its place."""
+    `fissioned`: `rewritten`'s primitive graph; where the check runs, onnxruntime reads the rewritten
+    model's weights from its constants (regions.share_weights), not from a serialized copy."""
     key = rewrite_check_key(original, accuracy, seed) if db is not None else None
     if key is not None and db.rewrites_passed(key):
         log.info("rewrites: passed their check on this model before")
@@ -47,7 +48,9 @@ def checked_rewrites(original: onnx.ModelProto, rewritten: onnx.ModelProto, rewr
     if f4 and closer_key is not None and db.rewrites_passed(closer_key):
         log.info("rewrites: with Winograd in F(2x2, 3x3) only, passed their check on this model before")
         return rewrite_model(original, F2_RULES)
-    if rewrite_checked(original, rewritten if shared is None else shared, feeds, accuracy, strict, given):
+    held = rewritten if fissioned is None else \
+        share_weights(OnnxSource(rewritten, dict(fissioned.value_map)), fissioned.graph)
+    if rewrite_checked(original, held, feeds, accuracy, strict, given):
         if key is not None:
             db.put_rewrites_passed(key)
         return rewritten, rewrites

@@ -292,7 +292,8 @@ class GraphBuilder:
                 folded = folded.reshape(out_type.shape)
             # A transposed constant is a view of it, not a copy: gpt2-small's logits read its 147 MB
             # token embedding transposed, held twice. (Its layout is what a copy in order K had.)
-            return self.add_constant(folded, view=op == "transpose" and np.shares_memory(folded, self._constants[names[0]]))
+            return self.add_constant(folded, view=op == "transpose"
+                                     and np.may_share_memory(folded, self._constants[names[0]]))
         name = self.fresh_name()
         self._nodes.append(Node(op, names, name, frozen, origin))
         self._types[name] = out_type
