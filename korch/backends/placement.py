@@ -13,12 +13,22 @@ engine, as its users run it.
 So a plan of several kernels holds its calling thread to `caller` while it runs (`pinned`), and
 compiles each onnxruntime kernel with its pool's workers held to `workers`, one CPU each
 (onnxruntime's `session.intra_op_thread_affinities`). The profiler times kernels the same way.
+
+Inductor's kernels run on an OpenMP pool (torch's libgomp), which has no such option, and korch has
+its workers park at once (GOMP_SPINCOUNT, korch/__init__.py): with the caller held to its CPU, a
+worker woken on that same CPU took turns with it until the scheduler moved it, and a 1x1 conv that
+runs in 0.08 ms profiled at 1.6-2.2 ms in those stretches (a third of the exhaustive database's
+single-conv Inductor profiles on yolox-nano; the caller and the worker read on one CPU for every
+slow timing, on two for every fast one). `hold_openmp_workers` holds the calling thread's OpenMP
+workers to `workers` as onnxruntime's are, once per thread.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,3 +67,55 @@ def pinned(cpu: int | None) -> Iterator[None]:
         yield
     finally:
         os.sched_setaffinity(0, before)
+
+
+_held = threading.local()          # per thread: the CPUs its OpenMP workers were held to
+_gomp: ctypes.CDLL | None = None
+
+
+def _libgomp() -> ctypes.CDLL | None:
+    """The GNU OpenMP runtime this process has loaded (torch's), or None while none is. Only a
+    library already mapped is opened (it is then the same one, not a second copy)."""
+    global _gomp
+    if _gomp is None:
+        try:
+            with open("/proc/self/maps") as f:
+                path = next((line.split()[-1] for line in f
+                             if line.rstrip().rsplit("/", 1)[-1].startswith("libgomp")), None)
+            if path is None:
+                return None
+            lib = ctypes.CDLL(path)
+            lib.omp_get_thread_num.restype = ctypes.c_int
+            lib.GOMP_parallel.restype = None
+            _gomp = lib
+        except (OSError, AttributeError):          # no /proc, or a runtime without these symbols
+            return None
+    return _gomp
+
+
+_REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+def hold_openmp_workers(cpus: tuple[int, ...]) -> bool:
+    """Hold the workers of the calling thread's OpenMP pool (libgomp keeps one per calling thread,
+    and torch's ops and Inductor's kernels share it) to `cpus`, the k-th worker to cpus[k-1]: one
+    parallel region of len(cpus) + 1 threads in which each worker sets its own CPU. Done once per
+    thread and CPU tuple (later calls cost a lookup); False if no OpenMP runtime is loaded or `cpus`
+    is empty. The workers stay held after the caller's kernels are done: any kernel on this
+    thread's pool then runs its workers there, the caller on the CPU `placement` gives it."""
+    if not cpus or getattr(_held, "cpus", None) == cpus:
+        return bool(cpus)
+    lib = _libgomp()
+    if lib is None:
+        return False
+
+    def body(_: object) -> None:
+        k = lib.omp_get_thread_num()
+        if 1 <= k <= len(cpus):
+            os.sched_setaffinity(0, {cpus[k - 1]})       # (0: the calling thread, this worker)
+
+    region = _REGION(body)
+    lib.GOMP_parallel.argtypes = [_REGION, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+    lib.GOMP_parallel(region, None, len(cpus) + 1, 0)    # (ctypes lets go of the GIL; each worker takes it)
+    _held.cpus = cpus
+    return True

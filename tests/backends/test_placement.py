@@ -105,12 +105,21 @@ def test_a_split_plan_holds_its_caller_while_it_runs_and_a_whole_model_does_not(
 
 
 # Run in a new process, so that torch's OpenMP pool is made there (a pytest worker made its own
-# long ago). Prints the threads whose CPUs are fewer than the process's own.
+# long ago). Prints, as JSON, each thread whose CPUs are fewer than the process's own: its CPUs and
+# the CPU time (clock ticks) it spent while the kernel ran 1,000 times.
 _CONFINED = """
-import os, sys
+import json, os, sys
 import numpy as np
 from korch.backends.placement import pinned, placement
 where = placement(2)
+
+def ticks():
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        fields = open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()
+        out[t] = int(fields[11]) + int(fields[12])          # utime + stime
+    return out
+
 if sys.argv[1] == "inductor":
     from korch.backends import CompileOptions, get_backend
     from korch.backends.reference import evaluate
@@ -120,35 +129,53 @@ if sys.argv[1] == "inductor":
     v = b.emit("exp", [b.emit("relu", [b.add_input("x", TensorType((1024, 1024), DType.FLOAT32))])])
     kernel = get_backend("inductor").compile(b.build([("y", v)]), CompileOptions(threads=2, worker_cpus=where.workers))
     x = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+    before = ticks()
     with pinned(where.caller):                      # as a split plan's Session runs it
-        for _ in range(3):
+        for _ in range(1000):
             (y,) = kernel.run([x])
     np.testing.assert_allclose(y, np.exp(np.maximum(x, 0)), rtol=1e-5)
 else:                                               # torch's pool made on the pinned caller: confined
     import torch
     torch.set_num_threads(2)
+    before = ticks()
     with pinned(where.caller):                      # torch's first parallel loop (a fill of 4M floats)
         torch.ones(2048, 2048).sum()
+after = ticks()
 full = os.sched_getaffinity(0)
-print(sum(1 for t in os.listdir("/proc/self/task") if os.sched_getaffinity(int(t)) != full))
+print(json.dumps({t: [sorted(os.sched_getaffinity(int(t))), after[t] - before.get(t, 0)]
+                  for t in after if os.sched_getaffinity(int(t)) != full}))
 """
 
 
 @needs_two_cpus
-def test_an_inductor_kernel_makes_its_openmp_pool_before_a_plan_pins_its_caller() -> None:
+def test_an_inductor_kernel_holds_its_openmp_workers_to_theirs_and_not_to_the_callers_cpu() -> None:
     """A thread inherits the CPUs of the thread that makes it: an engine pool first made while a split
-    plan holds its caller to one CPU would run all its threads there. An Inductor kernel makes
-    torch's OpenMP pool when it is compiled (its first call), not on the plan's pinned caller; the
-    control shows the check sees a pool made there."""
+    plan holds its caller to one CPU would run all its threads there (the control). An Inductor kernel
+    among others holds torch's OpenMP workers to the plan's worker CPUs, as onnxruntime's are held
+    (placement.hold_openmp_workers): the one thread held is the pool's worker, busy while the
+    kernel runs, and no thread is held to the caller's CPU."""
+    import json
     import subprocess
     import sys
 
     pytest.importorskip("torch")
+    where = placement(2)
 
-    def confined(kind: str) -> int:
+    def confined(kind: str) -> dict[str, list]:
         out = subprocess.run([sys.executable, "-c", _CONFINED, kind], capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        return int(out.stdout.split()[-1])
+        return json.loads(out.stdout.splitlines()[-1])
 
-    assert confined("torch-on-the-pinned-caller") >= 1
-    assert confined("inductor") == 0
+    assert any(cpus == [where.caller] for cpus, _ in confined("torch-on-the-pinned-caller").values())
+    held = confined("inductor")
+    assert [cpus for cpus, _ in held.values()] == [list(where.workers)], held
+    ((_, busy),) = held.values()
+    assert busy >= 10, f"the held thread ran {busy} clock ticks of the kernel's 1,000 calls: not the pool's worker"
+
+
+def test_holding_openmp_workers_without_cpus_does_nothing() -> None:
+    from korch.backends.placement import hold_openmp_workers
+
+    before = {t: os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+    assert hold_openmp_workers(()) is False
+    assert {t: os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task") if t in before} == before

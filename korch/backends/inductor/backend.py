@@ -32,6 +32,7 @@ from korch.backends.base import CompileOptions, Kernel, writable_alias
 from korch.backends.inductor.attention import find_attention
 from korch.backends.inductor.isa import checked_isa_config
 from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, Prim, attention, unsupported_reason
+from korch.backends.placement import hold_openmp_workers
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
 from korch.ir.types import DType
@@ -108,12 +109,15 @@ def lowered_steps(graph: Graph) -> list[Step]:
 
 
 class InductorKernel(Kernel):
-    """`copies`: indices of outputs that are not fresh buffers (see `outputs_to_copy`); run copies them."""
+    """`copies`: indices of outputs that are not fresh buffers (see `outputs_to_copy`); run copies them.
+    `worker_cpus` (CompileOptions's, where the kernel runs among others): the CPUs the calling
+    thread's OpenMP workers are held to when it runs (placement.hold_openmp_workers)."""
 
     def __init__(self, fn: Callable[..., tuple[torch.Tensor, ...]], threads: int, device: str,
                  copies: tuple[int, ...], modules: Sequence[ModuleType] = (),
-                 constants: Sequence[np.ndarray] = ()) -> None:
+                 constants: Sequence[np.ndarray] = (), worker_cpus: tuple[int, ...] = ()) -> None:
         self.fn = fn
+        self.worker_cpus = worker_cpus
         self.modules = tuple(modules)       # the generated code and its frozen constants: freed with the kernel
         self.constants = tuple(constants)   # the graph's arrays its frozen constants may share (CandidateModule)
         self.threads = threads
@@ -128,6 +132,8 @@ class InductorKernel(Kernel):
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if torch.get_num_threads() != self.threads:
             torch.set_num_threads(self.threads)
+        if self.worker_cpus:
+            hold_openmp_workers(self.worker_cpus)
         # The artifact was compiled for inference: run it with grad mode off. Switching it directly
         # costs ~0.1 us where `with torch.no_grad()` costs ~1.2 us.
         grad = torch.is_grad_enabled()
@@ -147,6 +153,12 @@ class InductorKernel(Kernel):
         with torch.no_grad():
             outputs = self.fn(*(torch.from_numpy(x).to(self.device) for x in inputs))
         return [y.cpu().numpy() for y in outputs]
+
+
+def held_workers(options: CompileOptions) -> tuple[int, ...]:
+    """The CPUs a kernel compiled or loaded with `options` holds its OpenMP workers to: none for a
+    kernel that runs alone (its plan's only one: left to the engine, as its users run it)."""
+    return () if options.runs_alone else tuple(options.worker_cpus)
 
 
 def unsupported(graph: Graph) -> str | None:
@@ -187,7 +199,7 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
         del fn, modules
         fn, modules = _compile_kernel(graph, options, example, device, relayout)
     copies = outputs_to_copy(fn, example) if device == "cpu" else ()          # .cpu() copies anyway
-    return InductorKernel(fn, options.threads, device, copies, modules, held)
+    return InductorKernel(fn, options.threads, device, copies, modules, held, held_workers(options))
 
 
 def _compile_kernel(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,

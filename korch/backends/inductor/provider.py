@@ -15,8 +15,10 @@ from korch.ir.graph import Graph
 
 # Changes when a change to the lowering changes what kernels it compiles run like, so profiles taken
 # with the old lowering are timed again ("sdpa": attention chains run as torch's fused attention;
-# "relayout": outputs are written contiguous by the kernel, backend.compile_graph).
-LOWERING = "sdpa-relayout"
+# "relayout": outputs are written contiguous by the kernel, backend.compile_graph; "held": a kernel
+# among others holds its OpenMP workers to their CPUs, placement.hold_openmp_workers, and profiles
+# taken with them free read up to 20x slow).
+LOWERING = "sdpa-relayout-held"
 
 
 class InductorBackend(Backend):
@@ -60,5 +62,8 @@ class InductorBackend(Backend):
 
     def load_kernel(self, directory: Path, graph: Graph, options: CompileOptions) -> Kernel:
         from korch.backends.inductor.artifact import load_kernel
+        from korch.backends.inductor.backend import held_workers
 
-        return load_kernel(directory, graph, options.threads)
+        kernel = load_kernel(directory, graph, options.threads)
+        kernel.worker_cpus = held_workers(options)
+        return kernel
