@@ -10,6 +10,8 @@ holds out one model at a time: each backend's cost model is trained on the kerne
 that model and ranks the kernels seen in it. It prints, per backend and held-out model, the
 pairwise comparison accuracy (PCA) of the roofline prior alone and of prior + learned correction.
 Kernels shared by two models count as the held-out model's, so nothing it is tested on was learned.
+Only profiles of each engine as korch runs it now count (costmodel.model.current_rows), each key's
+newest: a database collected before an engine's version changed is collected again first.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from korch.backends import get_backend  # noqa: E402
 from korch.costmodel import FEATURES_VERSION, MachinePeaks, pairwise_accuracy  # noqa: E402
-from korch.costmodel.model import fp32_lanes  # noqa: E402
+from korch.costmodel.model import current_rows, fp32_lanes  # noqa: E402
 from korch.costmodel.quality import leave_one_model_out  # noqa: E402
 from korch.frontend.regions import OnnxSource  # noqa: E402
 from korch.pipeline import candidate_universe, enumerate_all, model_label, profile_pools, remember_features, run_fission  # noqa: E402
@@ -105,7 +107,8 @@ def evaluate(args: argparse.Namespace) -> None:
               "measured < 0.5 x rescaled prediction |")
         print("|---|---|---:|---:|---:|---:|---:|")
         for backend in BACKENDS:
-            rows = db.timed_with_features(backend, machine, FEATURES_VERSION)
+            rows = current_rows(db.timed_with_features(backend, machine, FEATURES_VERSION),
+                                get_backend(backend).version)
             ps = ProfileSettings()
             for r in leave_one_model_out(rows, backend, machine, peaks, optimism=ps.guide_optimism,
                                          sample=ps.guide_sample, by_whole=ps.guide_scale_by_whole):

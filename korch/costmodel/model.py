@@ -12,7 +12,8 @@ The correction is learned: LightGBM regression of log(measured / prior) on the c
 backend in the profile database on this machine. Predictions are prior x exp(correction). With fewer
 than `min_rows` timed kernels there is no correction, only the prior.
 
-A trained model is saved per machine and backend next to the profile database and retrained once
+It learns only from profiles of the engine as korch runs it now (`current_rows`). A trained model
+is saved per machine and backend next to the profile database and retrained once
 the database holds `retrain_growth` times the kernels it was trained on. A file that cannot be read,
 was written for another machine, backend or feature set, is ignored with a warning and rebuilt.
 """
@@ -202,6 +203,19 @@ def per_thread_count(rows: Sequence[TimedKernel],
     return out
 
 
+def current_rows(rows: Sequence[TimedKernel], engine_version: str) -> list[TimedKernel]:
+    """The rows profiled with the engine as korch runs it now (record versions that start with
+    `engine_version`, its Backend.version), the newest per key and thread count. Older ones are
+    profiles the profiler itself would take again, not reuse: Inductor's kernels timed with their
+    OpenMP workers free (before LOWERING "held") read 1x1 convs up to 20x slow, and a model learning
+    from them would keep that until every such key was profiled again."""
+    newest: dict[tuple[str, int], TimedKernel] = {}
+    for r in sorted(rows, key=lambda r: r.created_at):
+        if r.backend_version == engine_version or r.backend_version.startswith(f"{engine_version}|"):
+            newest[(r.candidate_key, r.threads)] = r
+    return list(newest.values())
+
+
 def train(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: MachinePeaks,
           settings: CostModelSettings = CostModelSettings()) -> CostModel:
     """Learn the correction from timed kernels (one per key and thread count: the newest)."""
@@ -293,9 +307,11 @@ def _stale(saved: CostModel, have: int, settings: CostModelSettings) -> bool:
 def load_or_train(db: ProfileDB, backend: str, machine: str, peaks: MachinePeaks | None = None,
                   settings: CostModelSettings = CostModelSettings()) -> CostModel:
     """The saved model for (backend, machine), retrained if the database has grown enough since."""
+    from korch.backends import get_backend
+
     path = model_path(db.path.parent, backend, machine)
     saved = read_model(path, backend, machine)
-    rows = db.timed_with_features(backend, machine, FEATURES_VERSION)
+    rows = current_rows(db.timed_with_features(backend, machine, FEATURES_VERSION), get_backend(backend).version)
     have = len({(r.candidate_key, r.threads) for r in rows})
     if saved is not None and not _stale(saved, have, settings):
         return saved

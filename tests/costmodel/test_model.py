@@ -132,10 +132,41 @@ def test_saved_model_predicts_the_same_and_foreign_or_damaged_files_are_ignored(
     assert "another backend" in messages[0] and "another machine" in messages[1] and "another features" in messages[2]
 
 
-def store(db: ProfileDB, rows: list[TimedKernel]) -> None:
-    db.put_many([Record.ok(r.candidate_key, "onnxruntime", "v", r.threads, MACHINE,
+def store(db: ProfileDB, rows: list[TimedKernel], version: str | None = None) -> None:
+    """`rows` as onnxruntime's profiles, of the engine as korch runs it now unless `version` is given."""
+    from korch.backends import get_backend
+
+    version = f"{get_backend('onnxruntime').version}|hot|heap-1" if version is None else version
+    db.put_many([Record.ok(r.candidate_key, "onnxruntime", version, r.threads, MACHINE,
                            Timing(r.median_s, r.median_s, r.median_s, 10)) for r in rows])
     db.put_features("m", FEATURES_VERSION, {r.candidate_key: r.features for r in rows})
+
+
+def test_a_model_learns_only_from_profiles_of_the_engine_as_korch_runs_it_now(tmp_path: Path) -> None:
+    """Profiles of an older engine version (or an older way korch ran its kernels) are ones the
+    profiler takes again: 30 of them, their times 20x, neither count toward training nor move the
+    model; a key profiled again counts once, by its newest profile."""
+    from korch.backends import get_backend
+    from korch.costmodel.model import current_rows
+
+    settings = CostModelSettings(min_rows=20, rounds=20)
+    fresh = synthetic(30, seed=10)
+    stale = [r._replace(median_s=20 * r.median_s) for r in synthetic(30, seed=11)]
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        store(db, stale, version="onnxruntime-0.0.1|hot|heap-1")
+        store(db, fresh)
+        model = load_or_train(db, "onnxruntime", MACHINE, PEAKS, settings)
+        assert model.trained_rows == 30
+        feats = [Features(r.features) for r in fresh]
+        alone = train(fresh, "onnxruntime", MACHINE, PEAKS, settings)
+        np.testing.assert_allclose(model.predict(feats, 2), alone.predict(feats, 2), rtol=1e-9)
+        rows = db.timed_with_features("onnxruntime", MACHINE, FEATURES_VERSION)
+    version = get_backend("onnxruntime").version
+    assert len(rows) == 60 and len(current_rows(rows, version)) == 30
+    now = [r._replace(backend_version=f"{version}|hot|heap-1") for r in fresh]
+    again = now[0]._replace(median_s=1.0, created_at=now[0].created_at + 1)
+    kept = {r.candidate_key: r for r in current_rows([again, *now], version)}
+    assert len(kept) == 30 and kept[again.candidate_key].median_s == 1.0
 
 
 def test_load_or_train_reuses_until_the_database_grows_and_rebuilds_a_damaged_file(tmp_path: Path) -> None:
