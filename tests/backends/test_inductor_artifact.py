@@ -187,6 +187,21 @@ def test_a_damaged_saved_kernel_is_refused_by_name(tmp_path: Path) -> None:
         load_kernel(tmp_path / "k", graph, 1)
 
 
+def test_a_kernel_compiled_or_loaded_to_run_among_others_holds_its_openmp_workers(tmp_path: Path) -> None:
+    """The CPUs a kernel holds its OpenMP workers to (placement.hold_openmp_workers) come with it from
+    its CompileOptions, compiled or loaded: a saved split plan's Inductor kernels hold theirs as the
+    profiled ones did; a kernel that runs alone (its plan's only one) leaves them to the engine."""
+    graph = mlp_gelu(np.random.default_rng(5))
+    backend = InductorBackend()
+    among = CompileOptions(threads=2, worker_cpus=(1,))
+    kernel = backend.compile(graph, among)
+    backend.save_kernel(kernel, graph, tmp_path / "k")
+    assert kernel.worker_cpus == (1,)
+    assert backend.load_kernel(tmp_path / "k", graph, among).worker_cpus == (1,)
+    assert backend.load_kernel(tmp_path / "k", graph, replace(among, runs_alone=True)).worker_cpus == ()
+    assert backend.load_kernel(tmp_path / "k", graph, CompileOptions(threads=2)).worker_cpus == ()
+
+
 def test_a_kernel_that_cannot_be_saved_says_why_and_leaves_nothing(tmp_path: Path) -> None:
     """A grouped transposed conv's packed weight unpacks in a layout korch does not know, so it cannot
     be packed again at load: the kernel is not saved (a plan compiles it at load instead)."""
