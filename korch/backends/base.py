@@ -53,6 +53,12 @@ class CompileOptions:
     # CPUs the kernel's pool workers are held to, one each (backends/placement.py); () leaves them free.
     worker_cpus: tuple[int, ...] = ()
 
+    @property
+    def held_workers(self) -> tuple[int, ...]:
+        """The CPUs the kernel's pool workers are held to: none for a kernel that runs alone (left to
+        the engine, as its users run it)."""
+        return () if self.runs_alone else tuple(self.worker_cpus)
+
 
 class Backend(ABC):
     name: str = ""

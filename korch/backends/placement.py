@@ -71,6 +71,7 @@ def pinned(cpu: int | None) -> Iterator[None]:
 
 _held = threading.local()          # per thread: the CPUs its OpenMP workers were held to
 _gomp: ctypes.CDLL | None = None
+_REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)      # a parallel region's body: void (*)(void *)
 
 
 def _libgomp() -> ctypes.CDLL | None:
@@ -86,14 +87,12 @@ def _libgomp() -> ctypes.CDLL | None:
                 return None
             lib = ctypes.CDLL(path)
             lib.omp_get_thread_num.restype = ctypes.c_int
+            lib.GOMP_parallel.argtypes = [_REGION, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
             lib.GOMP_parallel.restype = None
             _gomp = lib
         except (OSError, AttributeError):          # no /proc, or a runtime without these symbols
             return None
     return _gomp
-
-
-_REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 def hold_openmp_workers(cpus: tuple[int, ...]) -> bool:
@@ -114,8 +113,6 @@ def hold_openmp_workers(cpus: tuple[int, ...]) -> bool:
         if 1 <= k <= len(cpus):
             os.sched_setaffinity(0, {cpus[k - 1]})       # (0: the calling thread, this worker)
 
-    region = _REGION(body)
-    lib.GOMP_parallel.argtypes = [_REGION, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
-    lib.GOMP_parallel(region, None, len(cpus) + 1, 0)    # (ctypes lets go of the GIL; each worker takes it)
+    lib.GOMP_parallel(_REGION(body), None, len(cpus) + 1, 0)    # (ctypes lets go of the GIL; each worker takes it)
     _held.cpus = cpus
     return True

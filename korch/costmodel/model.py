@@ -209,20 +209,22 @@ def current_rows(rows: Sequence[TimedKernel], engine_version: str) -> list[Timed
     profiles the profiler itself would take again, not reuse: Inductor's kernels timed with their
     OpenMP workers free (before LOWERING "held") read 1x1 convs up to 20x slow, and a model learning
     from them would keep that until every such key was profiled again."""
+    return _newest([r for r in rows if r.backend_version == engine_version
+                    or r.backend_version.startswith(f"{engine_version}|")])
+
+
+def _newest(rows: Sequence[TimedKernel]) -> list[TimedKernel]:
+    """One row per key and thread count: the newest."""
     newest: dict[tuple[str, int], TimedKernel] = {}
     for r in sorted(rows, key=lambda r: r.created_at):
-        if r.backend_version == engine_version or r.backend_version.startswith(f"{engine_version}|"):
-            newest[(r.candidate_key, r.threads)] = r
+        newest[(r.candidate_key, r.threads)] = r
     return list(newest.values())
 
 
 def train(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: MachinePeaks,
           settings: CostModelSettings = CostModelSettings()) -> CostModel:
     """Learn the correction from timed kernels (one per key and thread count: the newest)."""
-    newest: dict[tuple[str, int], TimedKernel] = {}
-    for r in sorted(rows, key=lambda r: r.created_at):
-        newest[(r.candidate_key, r.threads)] = r
-    data = list(newest.values())
+    data = _newest(rows)
     model = CostModel(backend, machine, peaks, trained_rows=len(data))
     if len(data) < settings.min_rows:
         return model

@@ -155,12 +155,6 @@ class InductorKernel(Kernel):
         return [y.cpu().numpy() for y in outputs]
 
 
-def held_workers(options: CompileOptions) -> tuple[int, ...]:
-    """The CPUs a kernel compiled or loaded with `options` holds its OpenMP workers to: none for a
-    kernel that runs alone (its plan's only one: left to the engine, as its users run it)."""
-    return () if options.runs_alone else tuple(options.worker_cpus)
-
-
 def unsupported(graph: Graph) -> str | None:
     """Why Inductor cannot compile `graph` here, or None (InductorBackend.supports)."""
     for node in graph.nodes:
@@ -199,7 +193,7 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
         del fn, modules
         fn, modules = _compile_kernel(graph, options, example, device, relayout)
     copies = outputs_to_copy(fn, example) if device == "cpu" else ()          # .cpu() copies anyway
-    return InductorKernel(fn, options.threads, device, copies, modules, held, held_workers(options))
+    return InductorKernel(fn, options.threads, device, copies, modules, held, options.held_workers)
 
 
 def _compile_kernel(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,

@@ -62,8 +62,7 @@ class InductorBackend(Backend):
 
     def load_kernel(self, directory: Path, graph: Graph, options: CompileOptions) -> Kernel:
         from korch.backends.inductor.artifact import load_kernel
-        from korch.backends.inductor.backend import held_workers
 
         kernel = load_kernel(directory, graph, options.threads)
-        kernel.worker_cpus = held_workers(options)
+        kernel.worker_cpus = options.held_workers
         return kernel

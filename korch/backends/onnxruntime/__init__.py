@@ -135,5 +135,5 @@ class OnnxRuntimeBackend(Backend):
         """Compile an ONNX model directly (e.g. the original ONNX nodes of a region), in memory or
         serialized (a saved plan's ready model). `shared`: see make_session."""
         session = make_session(model, options.threads, stop_spinning=not options.runs_alone, external_dir=external_dir,
-                               worker_cpus=() if options.runs_alone else options.worker_cpus, shared=shared)
+                               worker_cpus=options.held_workers, shared=shared)
         return OnnxRuntimeKernel(session, inputs, outputs)
