@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from korch.backends.base import CompileOptions  # noqa: E402
 from korch.backends.inductor import InductorBackend  # noqa: E402
 from korch.backends.inductor.lowering import LOWERINGS  # noqa: E402
-from korch.backends.inductor.provider import LOWERING  # noqa: E402
+from korch.backends.inductor.provider import LOWERING, onednn_linears_here  # noqa: E402
 from korch.backends.reference import run_graph  # noqa: E402
 from korch.ir.check import check_graph  # noqa: E402
 from korch.ir.graph import Graph, GraphBuilder, Value  # noqa: E402
@@ -319,7 +319,8 @@ def test_the_backend_version_is_read_without_importing_torch() -> None:
     code = ("import sys; from korch.backends import get_backend; b = get_backend('inductor'); "
             "print(b.version); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == [f"torch-{torch.__version__}-standalone-{LOWERING}", "False"]
+    linears = "-onednn" if onednn_linears_here() else ""
+    assert out == [f"torch-{torch.__version__}-standalone-{LOWERING}{linears}", "False"]
 
 
 def token_maps_concat(rng: np.random.Generator) -> Graph:

@@ -60,19 +60,23 @@ def conv_sum(rng: np.random.Generator) -> Graph:
     return check_graph(b.build([("y", b.emit("relu", [y]))]))
 
 
-# graph, and the op that must read one of its packed weights (else the case tests something else)
+# graph, and the op that must read one of its packed weights (else the case tests something else);
+# korch's matmuls are oneDNN's linears (onednn.py), Inductor's own choice MKL's (onednn_linears=False)
 GRAPHS = {
+    "matmul packed for oneDNN, transposed weight": (lambda rng: mlp_gelu(rng, preactivation_output=True),
+                                                    "mkldnn::_linear_pointwise"),
     "matmul packed for MKL, transposed weight": (lambda rng: mlp_gelu(rng, preactivation_output=True),
                                                  "mkl::_mkl_linear"),
     "conv packed for oneDNN": (conv_bias_relu, "mkldnn::_convolution_pointwise"),
-    "one weight packed for two matmuls": (shared_weight_mlp, "mkl::_mkl_linear"),
+    "one weight packed for two matmuls": (shared_weight_mlp, "mkldnn::_linear_pointwise"),
+    "one weight packed for two matmuls by MKL": (shared_weight_mlp, "mkl::_mkl_linear"),
     "conv transpose packed for oneDNN": (conv_transpose_relu, "mkldnn::_convolution_transpose_pointwise"),
     "conv adding into another conv's output in place": (conv_sum, "mkldnn::_convolution_pointwise_"),
 }
 
 
-def _saved(graph: Graph, directory: Path):
-    backend = InductorBackend()
+def _saved(graph: Graph, directory: Path, onednn_linears: bool = True):
+    backend = InductorBackend(onednn_linears=onednn_linears)
     kernel = backend.compile(graph, CompileOptions(threads=1))
     backend.save_kernel(kernel, graph, directory)
     return kernel
@@ -83,7 +87,7 @@ def test_a_saved_kernel_loads_to_the_same_outputs_with_its_weights_stored_once(n
     rng = np.random.default_rng(7)
     build, op = GRAPHS[name]
     graph = build(rng)
-    kernel = _saved(graph, tmp_path / "k")
+    kernel = _saved(graph, tmp_path / "k", onednn_linears=not op.startswith("mkl::"))
     meta = json.loads((tmp_path / "k" / META).read_text())
     packed = [p for p in meta["params"].values() if p["kind"] == "packed"]
     assert op in {p["op"] for p in packed}, f"{name}: no weight packed for {op} here, so it is not tested"
@@ -102,7 +106,7 @@ def test_the_plain_copy_of_an_mkl_packed_weight_is_not_held_once_loaded(tmp_path
     """MKL's packed linear reads its plain weight only for the output width: a loaded kernel holds
     a one-element stand-in, not the weight (which freezing had kept beside the packed copy)."""
     graph = mlp_gelu(np.random.default_rng(8))
-    kernel = _saved(graph, tmp_path / "k")
+    kernel = _saved(graph, tmp_path / "k", onednn_linears=False)
     meta = json.loads((tmp_path / "k" / META).read_text())
     assert sorted(p["kind"] for p in meta["params"].values()) == ["constant", "packed", "shape"]
     weight = next(a for a in graph.constants.values() if a.ndim == 2)
@@ -250,3 +254,25 @@ def test_the_load_check_compares_blocks_as_it_compared_whole_arrays(block: int) 
         assert _differ([want, far], [want, want], block) == 1, (index, value)
     assert _differ([want.astype(np.float64)], [want], block) == 0
     assert _differ([np.empty(0, F32)], [np.empty(0, F32)], block) is None
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+def test_float32_linears_run_by_the_library_chosen_and_a_shared_weight_is_packed_once(onednn: bool) -> None:
+    """onednn_linears: each matmul by a float32 constant is oneDNN's linear (korch's post-grad pass),
+    else MKL's (Inductor's own); a weight two matmuls read is packed for oneDNN once (MKL's, by
+    Inductor, twice), and the kernel computes the reference's outputs on fresh inputs. The two ways
+    are profiled under different keys."""
+    from korch.backends.reference import run_graph
+
+    rng = np.random.default_rng()
+    graph = shared_weight_mlp(rng)
+    kernel = InductorBackend(onednn_linears=onednn).compile(graph, CompileOptions(threads=1))
+    code = "\n".join(Path(m.__file__).read_text() for m in kernel.modules if getattr(m, "__file__", None))
+    assert ("mkldnn._linear_pointwise" in code) == onednn and ("mkl._mkl_linear" in code) == (not onednn)
+    packed = {id(t) for m in kernel.modules for t in vars(m).values() if isinstance(t, torch.Tensor) and t.is_mkldnn}
+    assert len(packed) == (1 if onednn else 2)
+    x = rng.standard_normal(graph.types["x"].shape).astype(F32)
+    want = run_graph(graph, {"x": x})[graph.outputs[0]]
+    got = kernel.run([x])[0]
+    assert float(np.max(np.abs(got - want))) <= 1e-5 * float(np.max(np.abs(want)))
+    assert InductorBackend(onednn_linears=True).version != InductorBackend(onednn_linears=False).version

@@ -116,7 +116,8 @@ REPACKS: dict[str, Repack] = {
                                lambda w, a: torch.ops.mkl._mkl_reorder_linear_weight(w, a["batch_size"]),
                                ("batch_size",), unpacks=False),
     "mkldnn::_linear_pointwise": Repack("W", lambda t, a: t.to_dense(),
-                                        lambda w, a: torch.ops.mkldnn._reorder_linear_weight(w, a["X"][0]), ("X",)),
+                                        lambda w, a: torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), a["X"][0]),
+                                        ("X",)),
     "mkldnn::_convolution_pointwise": Repack("W", lambda t, a: t.to_dense(), _conv, _CONV_ARGS),
     # the binary variant that adds into its `other` operand in place (a conv whose output is summed
     # with a buffer nothing else reads: residual adds in conv nets); its weight is packed the same way
@@ -432,6 +433,12 @@ def _dense(name: str, t: torch.Tensor, graph: Graph, stored: dict[str, np.ndarra
         for constant, array in graph.constants.items():
             if array.shape == tuple(t.shape) and array.dtype == dtype and np.array_equal(array, t.numpy()):
                 return {"kind": "constant", "constant": constant, "offset": 0, **view}
+        if t.dim() == 2:               # ... or transposed (a linear's (out, in) weight, once unpacked)
+            for constant, array in graph.constants.items():
+                if array.shape == tuple(t.shape)[::-1] and array.dtype == dtype and array.flags.c_contiguous \
+                        and np.array_equal(array.T, t.numpy()):
+                    return {"kind": "constant", "constant": constant, "offset": 0, "size": list(t.shape),
+                            "stride": [1, int(t.shape[0])], "dtype": dtype.str}
     key = f"t{len(stored)}"
     span = _span(t.shape, t.stride())
     stored[key] = torch.as_strided(t, (span,), (1,)).numpy().copy() if span else np.empty(0, dtype)

@@ -32,6 +32,7 @@ from korch.backends.base import CompileOptions, Kernel, writable_alias
 from korch.backends.inductor.attention import find_attention
 from korch.backends.inductor.isa import checked_isa_config
 from korch.backends.inductor.lowering import LOWERINGS, TORCH_DTYPES, Lowering, Prim, attention, unsupported_reason
+from korch.backends.inductor.onednn import OneDnnLinears, onednn_available
 from korch.backends.placement import hold_openmp_workers
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
@@ -171,8 +172,9 @@ def unsupported(graph: Graph) -> str | None:
     return None
 
 
-def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
-    """InductorBackend.compile: the graph as one kernel, frozen (or, if freezing fails, plain)."""
+def compile_graph(graph: Graph, options: CompileOptions, device: str, onednn_linears: bool = True) -> Kernel:
+    """InductorBackend.compile: the graph as one kernel, frozen (or, if freezing fails, plain).
+    `onednn_linears`: frozen float32 linears run by oneDNN, not MKL (onednn.OneDnnLinears)."""
     reason = unsupported(graph)
     if reason is not None:
         raise ValueError(f"inductor cannot compile {graph.name}: {reason}")
@@ -183,7 +185,7 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
     # whole graph computed NaN).
     held = tuple(graph.constants.values())
     example = [torch.from_numpy(x).to(device) for x in warmup_inputs(graph)]
-    fn, modules = _compile_kernel(graph, options, example, device, frozenset())
+    fn, modules = _compile_kernel(graph, options, example, device, frozenset(), onednn_linears)
     relayout = strided_outputs(fn, example) if device == "cpu" else frozenset()
     if relayout:
         # Inductor chose a layout of its own for these outputs (channels-last for a concat of token
@@ -191,21 +193,22 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str) -> Kernel:
         # in numpy, cost its decoder region 126 ms for 64 MiB (benchmarks/inductor_output_layout.py);
         # compiled again, the kernel writes them contiguous itself.
         del fn, modules
-        fn, modules = _compile_kernel(graph, options, example, device, relayout)
+        fn, modules = _compile_kernel(graph, options, example, device, relayout, onednn_linears)
     copies = outputs_to_copy(fn, example) if device == "cpu" else ()          # .cpu() copies anyway
     return InductorKernel(fn, options.threads, device, copies, modules, held, options.held_workers)
 
 
 def _compile_kernel(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,
-                    relayout: frozenset[int]) -> tuple[Callable[..., tuple[torch.Tensor, ...]], list[ModuleType]]:
+                    relayout: frozenset[int], onednn_linears: bool = True,
+                    ) -> tuple[Callable[..., tuple[torch.Tensor, ...]], list[ModuleType]]:
     """The compiled function and the generated modules it owns: frozen, or, if freezing fails, plain."""
     with kernel_modules() as modules:
         try:
-            fn = _compile(graph, options, example, device, True, relayout)
+            fn = _compile(graph, options, example, device, True, relayout, onednn_linears)
         except Exception as error:          # any failure under freezing: retry the plain path once
             log.warning("inductor: compiling %s with freezing failed (%s: %s); compiling without freezing",
                         graph.name, type(error).__name__, error)
-            fn = _compile(graph, options, example, device, False, relayout)
+            fn = _compile(graph, options, example, device, False, relayout, onednn_linears)
     return fn, modules
 
 
@@ -217,10 +220,13 @@ def strided_outputs(fn: Callable[..., tuple[torch.Tensor, ...]], example: list[t
 
 
 def _compile(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,
-             freezing: bool, relayout: frozenset[int]) -> Callable[..., tuple[torch.Tensor, ...]]:
+             freezing: bool, relayout: frozenset[int], onednn_linears: bool = True,
+             ) -> Callable[..., tuple[torch.Tensor, ...]]:
     module = CandidateModule(graph, device, relayout).eval()
     # Inductor fixes the OpenMP thread count in the code it generates; cpp.threads also keys its cache.
     config = {"freezing": freezing, "cpp.threads": options.threads, **checked_isa_config()}
+    if onednn_linears and freezing and device == "cpu" and onednn_available():
+        config["post_grad_custom_post_pass"] = OneDnnLinears()          # float32 linears by oneDNN, not MKL
     if freezing and any(np.ndim(a) == 0 for a in graph.constants.values()):
         # torch 2.13: frozen 0-d constants are inlined as literals, but Inductor's FX graph cache
         # keys them without their values: a graph differing only in such a scalar gets stale code
