@@ -13,7 +13,16 @@ OPENMP_SPIN_COUNT = "10000"
 if "torch" not in _sys.modules:
     _os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPIN_COUNT)
 
-from korch.errors import KorchError  # noqa: E402  (after GOMP_SPINCOUNT, as every import here)
+# numpy's OpenBLAS likewise keeps its worker threads spinning for 2^28 cycles (~0.1 s) after each
+# call. The profiler computes reference values with numpy between kernels: an Inductor kernel timed
+# right after a numpy matmul ran 2.2x slow (7.3 against 3.3 ms, a 128x768 @ 768x3072 linear), its
+# OpenMP worker sharing a CPU with OpenBLAS's spinning one, and bert-base's Inductor kernels profiled
+# at 3 or 6-7 ms from one run to the next. 2^4 cycles: they sleep at once. Read when numpy loads.
+OPENBLAS_SPIN_EXPONENT = "4"
+if "numpy" not in _sys.modules:
+    _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", OPENBLAS_SPIN_EXPONENT)
+
+from korch.errors import KorchError  # noqa: E402  (after the spin settings, as every import here)
 
 # The public API, imported on first use: running a saved plan (korch.runtime) should not load the
 # optimizer (korch.api -> pipeline -> selection, with scipy's solvers: ~20 MB of resident memory or
