@@ -76,8 +76,9 @@ def onednn_linears_here() -> bool:
     """Whether Inductor's float32 linears should be oneDNN's on this CPU: on all but Intel's. MKL is
     Intel's library and is tuned for Intel's cores: on this project's Xeon host its packed GEMM ran the
     transformers' linears 1.07-1.17x faster than oneDNN's; on both AMD hosts it was the slower, by
-    1.06-1.2x on the first (EPYC, AVX2) and 1.1-1.8x on the Zen 4 host (benchmarks/linear_packing.py,
-    benchmarks/inductor_linear.py, BENCHMARKS.md). Read from /proc/cpuinfo, without importing torch."""
+    1.06-1.2x on the first (EPYC Zen 1, AVX2) and 1.3-1.5x on five of six shapes on the Zen 4 host
+    (benchmarks/linear_packing.py), where Inductor's whole bert-base ran 1.57x slower with it
+    (benchmarks/inductor_linear.py, BENCHMARKS.md). Read from /proc/cpuinfo, without importing torch."""
     try:
         with open("/proc/cpuinfo") as f:
             vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), "")
