@@ -50,3 +50,15 @@ def test_numpys_blas_workers_sleep_after_each_call_once_korch_is_imported() -> N
     # the check sees spinning: without korch first, or where the user chose OpenBLAS's default
     assert _ticks_spun("numpy", None) >= 5
     assert _ticks_spun("korch", "28") >= 5
+
+
+@pytest.mark.parametrize("numpy_first,state", [(False, "quiet"), (True, "spinning")])
+def test_profile_records_name_whether_blas_workers_slept(numpy_first: bool, state: str) -> None:
+    """Kernels timed beside a spinning OpenBLAS worker read slow: their records are kept apart from
+    those taken with it asleep (a process that loaded numpy before korch cannot quiet it)."""
+    code = ("import numpy; " if numpy_first else "") + (
+        "from korch.backends import get_backend; from korch.profile.profiler import record_version; "
+        "from korch.settings import ProfileSettings; print(record_version(get_backend('onnxruntime'), ProfileSettings()))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert f"|blas-{state}|" in out.split()[-1]

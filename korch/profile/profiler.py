@@ -752,7 +752,13 @@ def _load(backend: Backend, saved: Path, graph: Graph, options: CompileOptions) 
 
 def record_version(backend: Backend, settings: ProfileSettings) -> str:
     """What profile records are keyed by besides candidate, threads and machine: the backend's
-    versions and how kernels were timed (ProfileSettings.cold_cache, and the C heap's policy: a kernel
+    versions and how kernels were timed (ProfileSettings.cold_cache; whether numpy's OpenBLAS workers
+    sleep between calls, korch.OPENBLAS_QUIET: the reference values a kernel is checked against are
+    computed just before it is timed, and a kernel timed beside a spinning worker ran up to 2.2x
+    slow, so records taken before they slept are taken again; and the C heap's policy: a kernel
     whose large blocks are mapped afresh every call ran 1.19x slower, korch/heap.py). Asking
     sets that policy for the process, so kernels are timed under the policy their records name."""
-    return f"{backend.version}|{'cold-cache' if settings.cold_cache else 'hot'}|heap-{keep_freed_blocks()}"
+    import korch
+
+    blas = "quiet" if korch.OPENBLAS_QUIET else "spinning"
+    return f"{backend.version}|{'cold-cache' if settings.cold_cache else 'hot'}|blas-{blas}|heap-{keep_freed_blocks()}"
