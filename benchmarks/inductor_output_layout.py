@@ -45,6 +45,7 @@ def main() -> None:
         strided_outputs,
         warmup_inputs,
     )
+    from korch.backends.inductor.provider import onednn_linears_here
     from korch.candidates.candidate import extract_subgraph
     from korch.candidates.regions import _region
     from korch.heap import keep_freed_blocks
@@ -62,7 +63,7 @@ def main() -> None:
         example = [torch.from_numpy(x) for x in warmup_inputs(sub)]
 
         def compiled(relayout: frozenset[int]) -> InductorKernel:
-            fn, modules = _compile_kernel(sub, options, example, "cpu", relayout)
+            fn, modules = _compile_kernel(sub, options, example, "cpu", relayout, onednn_linears_here())
             return InductorKernel(fn, args.threads, "cpu", outputs_to_copy(fn, example), modules)
 
         kernels = {"as laid out": compiled(frozenset())}

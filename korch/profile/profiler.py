@@ -26,6 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
+from korch import OPENBLAS_QUIET
 from korch.backends import Backend, CompileOptions, Kernel, get_backend
 from korch.backends.placement import pinned, placement
 from korch.candidates import Candidate, extract_subgraph
@@ -758,7 +759,5 @@ def record_version(backend: Backend, settings: ProfileSettings) -> str:
     slow, so records taken before they slept are taken again; and the C heap's policy: a kernel
     whose large blocks are mapped afresh every call ran 1.19x slower, korch/heap.py). Asking
     sets that policy for the process, so kernels are timed under the policy their records name."""
-    import korch
-
-    blas = "quiet" if korch.OPENBLAS_QUIET else "spinning"
+    blas = "quiet" if OPENBLAS_QUIET else "spinning"
     return f"{backend.version}|{'cold-cache' if settings.cold_cache else 'hot'}|blas-{blas}|heap-{keep_freed_blocks()}"

@@ -342,7 +342,7 @@ def test_an_output_inductor_lays_out_as_it_likes_is_written_contiguous_by_the_ke
     rng = np.random.default_rng(5)
     graph = token_maps_concat(rng)
     example = [torch.from_numpy(x) for x in warmup_inputs(graph)]
-    fn, _ = _compile_kernel(graph, CompileOptions(threads=1), example, "cpu", frozenset())
+    fn, _ = _compile_kernel(graph, CompileOptions(threads=1), example, "cpu", frozenset(), onednn_linears_here())
     assert strided_outputs(fn, example) == {0}, "Inductor laid this output out contiguous: nothing is tested"
     kernel = InductorBackend().compile(graph, CompileOptions(threads=1))
     assert kernel.copies == ()                 # a fresh contiguous buffer: run hands it over as it is

@@ -172,7 +172,7 @@ def unsupported(graph: Graph) -> str | None:
     return None
 
 
-def compile_graph(graph: Graph, options: CompileOptions, device: str, onednn_linears: bool = True) -> Kernel:
+def compile_graph(graph: Graph, options: CompileOptions, device: str, onednn_linears: bool) -> Kernel:
     """InductorBackend.compile: the graph as one kernel, frozen (or, if freezing fails, plain).
     `onednn_linears`: frozen float32 linears run by oneDNN, not MKL (onednn.OneDnnLinears)."""
     reason = unsupported(graph)
@@ -199,7 +199,7 @@ def compile_graph(graph: Graph, options: CompileOptions, device: str, onednn_lin
 
 
 def _compile_kernel(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,
-                    relayout: frozenset[int], onednn_linears: bool = True,
+                    relayout: frozenset[int], onednn_linears: bool,
                     ) -> tuple[Callable[..., tuple[torch.Tensor, ...]], list[ModuleType]]:
     """The compiled function and the generated modules it owns: frozen, or, if freezing fails, plain."""
     with kernel_modules() as modules:
@@ -220,7 +220,7 @@ def strided_outputs(fn: Callable[..., tuple[torch.Tensor, ...]], example: list[t
 
 
 def _compile(graph: Graph, options: CompileOptions, example: list[torch.Tensor], device: str,
-             freezing: bool, relayout: frozenset[int], onednn_linears: bool = True,
+             freezing: bool, relayout: frozenset[int], onednn_linears: bool,
              ) -> Callable[..., tuple[torch.Tensor, ...]]:
     module = CandidateModule(graph, device, relayout).eval()
     # Inductor fixes the OpenMP thread count in the code it generates; cpp.threads also keys its cache.

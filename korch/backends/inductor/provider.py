@@ -85,4 +85,3 @@ def onednn_linears_here() -> bool:
     except OSError:
         vendor = ""
     return vendor != "GenuineIntel"
-
