@@ -3,8 +3,9 @@
 The prior needs no data: a kernel costs a fixed call overhead, a small cost per primitive it runs
 unfused, and its time at the roofline: arithmetic at the machine's peak against memory traffic at the
 machine's bandwidth (both measured once by `MachinePeaks.measure`). An engine that runs primitives
-one by one pays the linear ones' roofline plus the rest's; a fusing code generator, the larger of
-the kernel's arithmetic and its boundary traffic. It ranks a brand-new machine's
+one by one (onnxruntime) pays the linear ones' roofline plus the rest's; a fusing code generator
+(Inductor) or an engine fusing elementwise chains as post-ops (OpenVINO), the larger of the kernel's
+arithmetic and its boundary traffic. It ranks a brand-new machine's
 candidates sensibly but knows nothing of how each engine tiles a convolution or fuses a chain.
 
 The correction is learned: LightGBM regression of log(measured / prior) on the candidate's features
@@ -15,7 +16,7 @@ than `min_rows` timed kernels there is no correction, only the prior.
 It learns only from profiles of the engine as korch runs it now (`current_rows`). A trained model
 is saved per machine and backend next to the profile database and retrained once
 the database holds `retrain_growth` times the kernels it was trained on. A file that cannot be read,
-was written for another machine, backend or feature set, is ignored with a warning and rebuilt.
+was written for another machine, backend, feature set or prior, is ignored with a warning and rebuilt.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def fp32_lanes() -> int:
 class BackendPrior:
     """The prior's per-backend constants: a call's fixed cost and the cost of each primitive it runs
     unfused, whether intermediate tensors go through memory (an engine that runs primitives one
-    by one) or stay in registers (a fusing code generator), and whether its convolutions and matmuls
+    by one) or stay in registers or cache (a fusing code generator, an engine with post-ops), and whether its convolutions and matmuls
     vectorise over output channels (oneDNN's blocked layouts: three output channels fill three of
     sixteen lanes) or over output pixels (onnxruntime's im2col GEMM)."""
 
@@ -100,9 +101,14 @@ class BackendPrior:
 # BENCHMARKS.md's standalone call (12.7 us); onnxruntime's and OpenVINO's calls and every per-node cost
 # are estimates, not measurements. (Profiled kernels may cost far more: ~150 us for the smallest
 # onnxruntime kernel when it was timed after a cache sweep; within one backend only the ratios rank.)
+# OpenVINO's CPU plugin fuses elementwise chains into the convolution or matmul before them (oneDNN
+# post-ops) and into one another, so it is priced as a fusing engine: held out of training, on the
+# eight zoo models' profiles, its learned PCA rose from 0.90 on 5 models to 7 (efficientvit-b1's
+# conv + hardswish kernels had read 3-4x their time) and its prior's on 6 of 8, and guided profiling
+# replayed over the same profiles measured as many pairs for the same plans (BENCHMARKS.md, 2026-12-07).
 DEFAULT_PRIORS = {
     "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True, channel_lanes=False),
-    "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=True, channel_lanes=True),
+    "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=False, channel_lanes=True),
     "inductor": BackendPrior(call_s=13e-6, per_node_s=0.2e-6, internal_traffic=False, channel_lanes=True),
 }
 _FALLBACK_PRIOR = BackendPrior(call_s=10e-6, per_node_s=1.5e-6, internal_traffic=True, channel_lanes=False)
@@ -254,7 +260,8 @@ def save_model(model: CostModel, path: Path) -> None:
     """Atomically: a reader sees the old file or the new one, never half of one."""
     trees = model.booster.model_to_string() if model.booster is not None else None  # type: ignore[attr-defined]
     header = {"format": MODEL_FORMAT, "features": FEATURES_VERSION, "feature_names": list(FEATURE_NAMES),
-              "backend": model.backend, "machine": model.machine, "peaks": asdict(model.peaks),
+              "backend": model.backend, "machine": model.machine, "prior": _prior_header(model.backend),
+              "peaks": asdict(model.peaks),
               "booster_sha256": hashlib.sha256(trees.encode()).hexdigest() if trees is not None else None,
               "trained_rows": model.trained_rows, "trained_at": model.trained_at,
               "booster": trees}
@@ -286,11 +293,17 @@ def read_model(path: Path, backend: str, machine: str) -> CostModel | None:
     return None
 
 
+def _prior_header(backend: str) -> dict[str, object]:
+    """The backend's prior as a saved model records it: trees learned a correction to this prior, and
+    are wrong for any other (a model saved before the file recorded it reads as another prior)."""
+    return asdict(DEFAULT_PRIORS.get(backend, _FALLBACK_PRIOR))
+
+
 def _foreign(header: object, backend: str, machine: str) -> str | None:
     if not isinstance(header, dict):
         return "not a korch cost model"
     expected = {"format": MODEL_FORMAT, "features": FEATURES_VERSION, "feature_names": list(FEATURE_NAMES),
-                "backend": backend, "machine": machine}
+                "backend": backend, "machine": machine, "prior": _prior_header(backend)}
     for name, value in expected.items():
         if header.get(name) != value:
             return f"made for another {name.replace('_', ' ')}"

@@ -72,8 +72,9 @@ def test_prior_charges_the_vector_lanes_an_engine_blocking_output_channels_leave
 
 
 def test_prior_sums_the_rooflines_of_primitives_an_engine_runs_one_by_one() -> None:
-    """A conv bound by arithmetic and a relu bound by memory: onnxruntime and OpenVINO run them one
-    after the other, so the kernel costs both; Inductor's fused kernel costs the larger of its totals."""
+    """A conv bound by arithmetic and a relu bound by memory: onnxruntime runs them one after the
+    other, so the kernel costs both; OpenVINO (the relu a post-op of its conv) and Inductor's fused
+    kernel cost the larger of its totals."""
     v = np.zeros(len(FEATURE_NAMES))
     v[IX["nodes"]] = 2
     v[IX["flops"]] = (linear := 1e9) + (elementwise := 1e6)
@@ -83,10 +84,10 @@ def test_prior_sums_the_rooflines_of_primitives_an_engine_runs_one_by_one() -> N
     v[IX["bytes_in"]], v[IX["bytes_out"]] = 5e5, 1e8
     f = [Features(tuple(v))]
     conv_s, relu_s = linear / 50e9, 2e8 / 10e9
-    for engine in ("onnxruntime", "openvino"):
-        assert prior_seconds(f, 1, engine, PEAKS)[0] == pytest.approx(conv_s + relu_s, rel=0.01)
+    assert prior_seconds(f, 1, "onnxruntime", PEAKS)[0] == pytest.approx(conv_s + relu_s, rel=0.01)
     fused_s = max((linear + elementwise) / 50e9, (5e5 + 1e8) / 10e9)
-    assert prior_seconds(f, 1, "inductor", PEAKS)[0] == pytest.approx(fused_s, rel=0.01)
+    for engine in ("openvino", "inductor"):
+        assert prior_seconds(f, 1, engine, PEAKS)[0] == pytest.approx(fused_s, rel=0.01)
 
 
 def test_learned_correction_ranks_what_the_prior_cannot() -> None:
@@ -123,13 +124,21 @@ def test_saved_model_predicts_the_same_and_foreign_or_damaged_files_are_ignored(
         header = json.loads(path.read_text())
         path.write_text(json.dumps({**header, "features": FEATURES_VERSION + 1}))
         assert read_model(path, "inductor", MACHINE) is None
+        # trees that learned a correction to another prior (or to one the file does not name)
+        path.write_text(json.dumps({**header, "prior": {**header["prior"], "internal_traffic": True}}))
+        assert read_model(path, "inductor", MACHINE) is None
+        path.write_text(json.dumps({k: v for k, v in header.items() if k != "prior"}))
+        assert read_model(path, "inductor", MACHINE) is None
         path.write_text(json.dumps({**header, "booster": "tree\nnot a model"}))
         assert read_model(path, "inductor", MACHINE) is None
         path.write_text(path.read_text()[:50])
         assert read_model(path, "inductor", MACHINE) is None
     messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 5 and all(str(path) in m and "ignoring it" in m for m in messages)
+    assert len(messages) == 7 and all(str(path) in m and "ignoring it" in m for m in messages)
     assert "another backend" in messages[0] and "another machine" in messages[1] and "another features" in messages[2]
+    assert "another prior" in messages[3] and "another prior" in messages[4]
+    path.write_text(json.dumps(header))
+    assert read_model(path, "inductor", MACHINE) is not None         # the file as saved is read again
 
 
 def store(db: ProfileDB, rows: list[TimedKernel], version: str | None = None) -> None:
