@@ -3,13 +3,14 @@ optimism, and how far its split plan is from the one profiling everything finds,
 
     python benchmarks/guided_replay.py --cache DIR [--threads 2] MODEL [--optimism 0.5 0.8 1.0] [--batch 40 200] [--batch-exact 40]
         [--rounds N] [--sample 12 32] [--seed 0 1 2] [--scale sample whole] [--relax no|yes|both] [--bar no|yes|both]
-        [--train-on CACHE ...] [--peaks GFLOPS GBPS] [--regret 0 0.03]
+        [--train-on CACHE ... [--hold-out]] [--peaks GFLOPS GBPS] [--regret 0 0.03]
 
 DIR is a cache in which MODEL was optimized with every candidate profiled (a cold `korch optimize`
 into an empty cache). The replay runs guided profiling's loop as if a new machine were guided by
 its roofline priors (each guided backend predicted by its prior alone; with `--train-on`, by a model
 learned from other caches' profiles instead: other models profiled on this machine before, the model
-replayed held out), but "measuring" a kernel reads its stored record instead of compiling and timing
+replayed held out; `--train-on DIR --hold-out`: from DIR's profiles of kernels never seen in MODEL),
+but "measuring" a kernel reads its stored record instead of compiling and timing
 it. Predictions are rescaled as guided profiling rescales them: `--scale sample` by the median over a
 random sample of `--sample` pairs per backend, `--scale whole` by each backend's whole model (the
 default, ProfileSettings.guide_scale_by_whole); the replay prints both, and the median over every
@@ -72,7 +73,7 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
            samples: list[int] | None = None, seeds: list[int] | None = None, exact_batch: int | None = None,
            scales: tuple[str, ...] = ("whole",), train_on: list[Path] | None = None,
            peaks: MachinePeaks | None = None, spreads: list[int] | None = None, quantile: float | None = None,
-           uncertainties: list[int] | None = None, gaps: list[float] | None = None) -> None:
+           uncertainties: list[int] | None = None, gaps: list[float] | None = None, hold_out: bool = False) -> None:
     settings = OptimizeSettings(threads=threads, backends=default_backends())
     ps = settings.profile
     max_rounds = rounds or ps.guide_rounds
@@ -118,9 +119,11 @@ def replay(model: str, cache: Path, threads: int, optimisms: list[float], batche
             rows = []
             for other in train_on:
                 with ProfileDB(other / DB_FILENAME) as odb:
-                    rows += odb.timed_with_features(name, machine, FEATURES_VERSION)
+                    rows += [r for r in odb.timed_with_features(name, machine, FEATURES_VERSION)
+                             if not (hold_out and model in r.models)]
             models[name] = train(rows, name, machine, peaks, settings.cost_model)
             print(f"{name}: learned from {models[name].trained_rows} kernels of {len(train_on)} other cache(s)"
+                  + (f", none seen in {model}" if hold_out else "")
                   + ("" if models[name].booster is not None else " (too few: the prior alone)"))
     predicted = _predicted_costs(graph, legal, models, settings)
 
@@ -240,6 +243,9 @@ def main() -> None:
                         help="rescale predictions by a random sample's median, or by each backend's whole model")
     parser.add_argument("--train-on", type=Path, nargs="+", default=None,
                         help="caches of other models: guide by a model learned from their profiles, not the prior")
+    parser.add_argument("--hold-out", action="store_true",
+                        help="with --train-on: learn from none of the kernels seen in MODEL (a cache that profiled "
+                             "every model, MODEL held out of its own cost models)")
     parser.add_argument("--peaks", type=float, nargs=2, metavar=("GFLOPS", "GBPS"), default=None,
                         help="the roofline prior's peaks: GFLOP/s per thread and GB/s (default: measured)")
     parser.add_argument("--spread", type=int, nargs="+", default=None,
@@ -260,7 +266,7 @@ def main() -> None:
     replay(args.model, args.cache, args.threads, args.optimism, args.batch, choice[args.relax], choice[args.bar],
            args.rounds, args.sample, args.seed, args.batch_exact, tuple(args.scale), args.train_on,
            MachinePeaks(args.peaks[0] * 1e9, args.peaks[1] * 1e9) if args.peaks else None, args.spread, args.quantile,
-           args.uncertainty, args.gap)
+           args.uncertainty, args.gap, args.hold_out)
 
 
 if __name__ == "__main__":

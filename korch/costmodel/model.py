@@ -104,8 +104,9 @@ class BackendPrior:
 # OpenVINO's CPU plugin fuses elementwise chains into the convolution or matmul before them (oneDNN
 # post-ops) and into one another, so it is priced as a fusing engine: held out of training, on the
 # eight zoo models' profiles, its learned PCA rose from 0.90 on 5 models to 7 (efficientvit-b1's
-# conv + hardswish kernels had read 3-4x their time) and its prior's on 6 of 8, and guided profiling
-# replayed over the same profiles measured as many pairs for the same plans (BENCHMARKS.md, 2026-12-07).
+# conv + hardswish kernels had read 3-4x their time) and its prior's on 6 of 8. Guided profiling
+# replayed over the same profiles kept the same plans, measuring as many pairs (+-1 point) held out
+# and 1-4 points more on seven models by the prior alone (BENCHMARKS.md, 2026-12-07).
 DEFAULT_PRIORS = {
     "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True, channel_lanes=False),
     "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=False, channel_lanes=True),
