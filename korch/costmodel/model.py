@@ -87,9 +87,10 @@ def fp32_lanes() -> int:
 class BackendPrior:
     """The prior's per-backend constants: a call's fixed cost and the cost of each primitive it runs
     unfused, whether intermediate tensors go through memory (an engine that runs primitives one
-    by one) or stay in registers or cache (a fusing code generator, an engine with post-ops), and whether its convolutions and matmuls
-    vectorise over output channels (oneDNN's blocked layouts: three output channels fill three of
-    sixteen lanes) or over output pixels (onnxruntime's im2col GEMM)."""
+    by one) or stay in registers or cache (a fusing code generator, an engine with post-ops), and
+    whether its convolutions and matmuls vectorise over output channels (oneDNN's blocked layouts:
+    three output channels fill three of sixteen lanes) or over output pixels (onnxruntime's im2col
+    GEMM)."""
 
     call_s: float
     per_node_s: float
