@@ -53,16 +53,31 @@ class HeldOut:
     pca_learned: float
     # The fraction measured below `optimism` x their prediction (rescaled as guided profiling does, by
     # the whole model's measured / predicted, or a random sample's median of them): kernels guided
-    # profiling could wrongly leave out.
+    # profiling could wrongly leave out at a fixed optimism.
     below_optimism: float
+    # The same at the optimism guided profiling sets from a random sample's spread (spread_optimism,
+    # the sample's kernels not counted): what it could wrongly leave out.
+    below_spread: float
+
+
+def spread_optimism(ratios: Sequence[float], quantile: float, floor: float) -> float:
+    """A backend's optimism from a random sample of its kernels' measured / rescaled predicted: the
+    `quantile` of the ratios within [`floor`, 1] (how far below its rescaled prediction a kernel of
+    this model measures, seldom); `floor` for fewer than two ratios."""
+    if len(ratios) < 2:
+        return floor
+    return min(1.0, max(floor, float(np.quantile(ratios, quantile))))
 
 
 def leave_one_model_out(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: MachinePeaks,
                         settings: CostModelSettings = CostModelSettings(), optimism: float = 0.5,
-                        sample: int = 12, by_whole: bool = True) -> list[HeldOut]:
+                        sample: int = 12, by_whole: bool = True, spread: int = 16,
+                        quantile: float = 0.0) -> list[HeldOut]:
     """For each model: train on the kernels never seen in it, predict the kernels seen in it.
     `by_whole`: rescale by the model's largest kernel timed (its whole model: every primitive of it)
-    as guided profiling does (ProfileSettings.guide_scale_by_whole), else by `sample` random kernels."""
+    as guided profiling does (ProfileSettings.guide_scale_by_whole), else by `sample` random kernels.
+    `spread`, `quantile`: the random sample whose spread sets guided profiling's optimism (at least
+    `optimism`; ProfileSettings.guide_spread_sample, guide_spread_quantile)."""
     models = sorted({m for r in rows for m in r.models})
     out = []
     for held in models:
@@ -80,7 +95,14 @@ def leave_one_model_out(rows: Sequence[TimedKernel], backend: str, machine: str,
         else:
             picked = np.random.default_rng(0).choice(len(test), size=min(sample, len(test)), replace=False)
             scale = float(np.median(np.asarray(measured)[picked] / predicted[picked]))
-        below = float(np.mean(np.asarray(measured) < optimism * scale * predicted))
+        times = np.asarray(measured)
+        below = float(np.mean(times < optimism * scale * predicted))
+        # guided profiling's spread sample: random kernels other than the whole model, not counted after
+        small = np.asarray([k for k in range(len(test)) if not (by_whole and k == whole)])
+        drawn = np.random.default_rng(1).choice(small, size=min(spread, len(small) - 1), replace=False)
+        factor = spread_optimism(times[drawn] / (scale * predicted[drawn]), quantile, optimism)
+        counted = np.setdiff1d(small, drawn)
+        below_spread = float(np.mean(times[counted] < factor * scale * predicted[counted]))
         out.append(HeldOut(held, backend, len(test), learned.trained_rows, pairwise_accuracy(prior, measured),
-                           pairwise_accuracy(predicted, measured), below))
+                           pairwise_accuracy(predicted, measured), below, below_spread))
     return out

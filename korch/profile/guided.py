@@ -74,6 +74,7 @@ from korch.backends import get_backend
 from korch.candidates import Candidate, extract_subgraph
 from korch.costmodel import MachinePeaks, features_by_key, load_or_train
 from korch.costmodel.features import FEATURES_VERSION, Features
+from korch.costmodel.quality import spread_optimism
 from korch.frontend.regions import OnnxSource
 from korch.ir.graph import Graph
 from korch.ir.ops import PrimClass
@@ -1123,7 +1124,7 @@ def _spread_optimism(measured: Mapping[tuple[str, str], float], predicted: Mappi
     """Per backend, the `quantile` of its sample's ratios (_spread_ratios) within [`floor`, 1]: how far
     below its rescaled prediction a kernel of this model measures, seldom. A backend whose sample has
     fewer than two ratios gets `floor`."""
-    return {name: floor if len(ratios) < 2 else min(1.0, max(floor, float(np.quantile(ratios, quantile))))
+    return {name: spread_optimism(ratios, quantile, floor)
             for name, ratios in _spread_ratios(measured, predicted, scale, sample).items()}
 
 

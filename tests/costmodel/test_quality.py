@@ -47,3 +47,17 @@ def test_below_optimism_is_rescaled_by_the_whole_model_as_guided_profiling_resca
     by_sample = {h.model: h for h in leave_one_model_out(rows, "onnxruntime", MACHINE, PEAKS, SMALL,
                                                          by_whole=False)}["b"]
     assert by_whole.below_optimism > 0.9 and by_sample.below_optimism < 0.1
+    # guided profiling's own optimism, from a random sample's spread: a low quantile of the sample's
+    # ratios, but never below the floor on the whole-model scale, so the whole model's 10x still
+    # leaves nearly every kernel below it (the floor binds); by a sample's scale almost none
+    assert by_whole.below_spread > 0.9 and by_sample.below_spread < 0.1
+
+
+def test_spread_optimism_is_a_low_quantile_of_the_ratios_within_the_floor_and_one() -> None:
+    from korch.costmodel.quality import spread_optimism
+
+    ratios = [0.4, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 2.0]
+    assert spread_optimism(ratios, 0.1, 0.5) == np.quantile(ratios, 0.1)
+    assert spread_optimism(ratios, 0.0, 0.5) == 0.5                     # the floor
+    assert spread_optimism([3.0, 4.0], 0.0, 0.5) == 1.0                 # never above the prediction
+    assert spread_optimism([0.7], 0.0, 0.5) == 0.5                      # too few ratios: the floor
