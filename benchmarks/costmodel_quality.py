@@ -1,8 +1,8 @@
 """How well korch's cost models rank kernels they have not seen: leave-one-model-out over the zoo.
 
-    python benchmarks/costmodel_quality.py collect --cache DIR [--threads 2] [MODEL ...]
+    python benchmarks/costmodel_quality.py collect --cache DIR [--threads 2] [--inductor-sample N] [MODEL ...]
     python benchmarks/costmodel_quality.py evaluate --cache DIR [--json OUT] [--peaks GFLOPS GBPS]
-    python benchmarks/costmodel_quality.py noise --cache DIR MODEL     # the ceiling timing noise sets
+    python benchmarks/costmodel_quality.py noise --cache DIR [--backends B ...] MODEL  # the ceiling timing noise sets
 
 `collect` profiles each model's candidates exactly as `korch optimize` does (same pools, same
 settings; profiles and features go into DIR/profiles.sqlite), without selecting a plan. `evaluate`
@@ -12,6 +12,9 @@ pairwise comparison accuracy (PCA) of the roofline prior alone and of prior + le
 Kernels shared by two models count as the held-out model's, so nothing it is tested on was learned.
 Only profiles of each engine as korch runs it now count (costmodel.model.current_rows), each key's
 newest: a database collected before an engine's version changed is collected again first.
+Inductor's pool is its budget (mostly single linears and linears with small epilogues); `collect
+--inductor-sample N` adds N of its kernels drawn at random from every small candidate, so its
+cost model is trained and tested on the population guided profiling would rank.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from korch.backends import get_backend  # noqa: E402
+from korch.candidates.candidate import Candidate  # noqa: E402
 from korch.costmodel import FEATURES_VERSION, MachinePeaks, pairwise_accuracy  # noqa: E402
 from korch.costmodel.model import current_rows, fp32_lanes  # noqa: E402
 from korch.costmodel.quality import leave_one_model_out  # noqa: E402
@@ -56,6 +60,8 @@ def collect(args: argparse.Namespace) -> None:
             source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
             cands = enumerate_all(fissioned.graph, settings)
             pools = profile_pools(fissioned.graph, cands, settings)
+            if args.inductor_sample and "inductor" in pools:
+                pools["inductor"] += inductor_sample(pools["inductor"], cands.small, args.inductor_sample, settings.seed)
             remember_features(db, model_label(name), fissioned.graph, candidate_universe(cands, settings))
             if args.features_only:          # profiles already there: only (re)compute the feature vectors
                 print(f"{name}: features stored, {time.perf_counter() - t0:.0f} s", flush=True)
@@ -64,6 +70,18 @@ def collect(args: argparse.Namespace) -> None:
                               settings.accuracy, settings.seed, None, source)
             print(f"{name}: {outcome.measured} measured, {outcome.stored} stored, "
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def inductor_sample(pool: list[Candidate], small: list[Candidate], size: int, seed: int) -> list[Candidate]:
+    """`size` unique kernels drawn at random from the model's small candidates beyond Inductor's
+    budget (`pool`): the budget takes single linear primitives and the kernels saving most bytes first,
+    so its 44 kernels per model are mostly one linear with small epilogues (bert-base: 28 of 44 one
+    768 x 3072 linear), too alike for a pairwise ranking to say much; a random draw is the population
+    guided profiling would rank. Every candidate of a drawn key is returned (they share one profile)."""
+    taken = {c.key for c in pool}
+    keys = sorted({c.key for c in small} - taken)
+    drawn = set(random.Random(seed).sample(keys, min(size, len(keys))))
+    return [c for c in small if c.key in drawn]
 
 
 def noise(args: argparse.Namespace) -> None:
@@ -75,7 +93,10 @@ def noise(args: argparse.Namespace) -> None:
     fissioned = run_fission(args.model, cache_dir=args.cache, rewrite=settings.rewrites, seed=settings.seed,
                             accuracy=settings.accuracy)
     source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
-    pools = profile_pools(fissioned.graph, enumerate_all(fissioned.graph, settings), settings)
+    cands = enumerate_all(fissioned.graph, settings)
+    pools = profile_pools(fissioned.graph, cands, settings)
+    if args.inductor_sample:
+        pools["inductor"] += inductor_sample(pools["inductor"], cands.small, args.inductor_sample, settings.seed)
     print("| backend | kernels | PCA of a second measurement against the first | median |second/first - 1| |")
     print("|---|---:|---:|---:|")
     with ProfileDB(Path(args.cache) / DB_FILENAME) as db, tempfile.TemporaryDirectory() as tmp, \
@@ -128,6 +149,8 @@ def main() -> None:
     c.add_argument("--cache", required=True)
     c.add_argument("--threads", type=int, default=2)
     c.add_argument("--inductor-budget", type=int, default=ProfileSettings().inductor_budget)
+    c.add_argument("--inductor-sample", type=int, default=0, metavar="N",
+                   help="also profile N unique Inductor kernels drawn at random beyond its budget")
     c.add_argument("--features-only", action="store_true",
                    help="store the current feature vectors of models already profiled (after a feature change)")
     c.add_argument("models", nargs="*", default=DEFAULT_MODELS)
@@ -141,6 +164,8 @@ def main() -> None:
     n.add_argument("--threads", type=int, default=2)
     n.add_argument("--sample", type=int, default=300)
     n.add_argument("--backends", nargs="+", default=["onnxruntime", "openvino"])
+    n.add_argument("--inductor-sample", type=int, default=0, metavar="N",
+                   help="Inductor's kernels drawn beyond its budget as `collect --inductor-sample N` drew them")
     n.add_argument("model")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
