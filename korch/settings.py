@@ -102,16 +102,11 @@ class ProfileSettings:
     guide_optimism: float = 0.5
     # ... unless the model's spread says it can be less optimistic: `guide_spread_sample` random pairs
     # per guided backend are measured first, and its factor is the `guide_spread_quantile` of their
-    # measured / rescaled predicted, within [guide_optimism x their median where it is below 1, 1]
-    # (costmodel/quality.py: spread_optimism; quantile 0: the lowest of them, which about 1 in 17
-    # kernels falls below; the floor follows a median below 1, where the whole-model rescale
-    # overshoots the model's kernels, as OpenVINO's does on segformer-b0). 0 pairs: off. Replayed
+    # measured / rescaled predicted, within [guide_optimism, 1] (profile/guided.py: _spread_optimism;
+    # quantile 0: the lowest of them, which about 1 in 17 kernels falls below). 0 pairs: off. Replayed
     # over all eight zoo models' exhaustive profiles, held out of the cost models' training: 3-56% of
     # the pairs measured instead of 3-60%, the split plans kept within 0.9% of the exhaustive optimum;
     # the quantile 0.1 measured less but missed it by up to 3.7% (BENCHMARKS.md, guided_replay.py --spread).
-    # The floor following the median, replayed again (2026-12-07): 6-62% held out, by the prior alone
-    # 2-71%, the plans within 0.58% as before; more measured where the floor had bound (yolov4 held
-    # out 12 -> 21%, candy by the prior alone 31 -> 55%), the price of a bound that holds.
     guide_spread_sample: int = 16
     guide_spread_quantile: float = 0.0
     # A budget of uncertainty (profile/guided.py): the loop's LP prices each unmeasured kernel at what

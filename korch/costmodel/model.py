@@ -107,10 +107,10 @@ class BackendPrior:
 # eight zoo models' profiles, its learned PCA rose from 0.90 on 5 models to 7 (efficientvit-b1's
 # conv + hardswish kernels had read 3-4x their time) and its prior's on 6 of 8. Guided profiling
 # replayed over the same profiles kept the same plans, measuring as many pairs (+-1 point) held out
-# and 1-4 points more on seven models by the prior alone (BENCHMARKS.md, 2026-12-07). It predicts
-# segformer-b0's whole model 2.2x low against its kernels, which put guided profiling's optimism
-# above 53% of that model's OpenVINO kernels until its floor followed the spread sample's median
-# (quality.spread_optimism): 4.6% now.
+# and 1-4 points more on seven models by the prior alone (BENCHMARKS.md, 2026-12-07). Not yet safe
+# everywhere: it predicts segformer-b0's whole model 2.2x low against its kernels, so guided
+# profiling's optimism (floored on the whole-model scale) sits above 53% of that model's OpenVINO
+# kernels held out (8% under the summing prior); no plan was lost there, but see the stop notes.
 DEFAULT_PRIORS = {
     "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True, channel_lanes=False),
     "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=False, channel_lanes=True),

@@ -62,19 +62,11 @@ class HeldOut:
 
 def spread_optimism(ratios: Sequence[float], quantile: float, floor: float) -> float:
     """A backend's optimism from a random sample of its kernels' measured / rescaled predicted: the
-    `quantile` of the ratios (how far below its rescaled prediction a kernel of this model measures,
-    seldom), at most 1 and at least `floor` times the sample's median ratio, where that median is
-    below 1; `floor` for fewer than two ratios.
-
-    The floor follows the median down because the rescale can overshoot a model's small kernels: under
-    the fusing prior OpenVINO's whole segformer-b0 measures 2.2x its prediction where its kernels'
-    median measures 1.06x, so its kernels read about half their rescaled prediction, and a floor of 0.5
-    on that scale left out 53% of them (held out, BENCHMARKS.md 2026-12-07). A median above 1 leaves the
-    floor where it is: never less cautious than the fixed `floor`."""
+    `quantile` of the ratios within [`floor`, 1] (how far below its rescaled prediction a kernel of
+    this model measures, seldom); `floor` for fewer than two ratios."""
     if len(ratios) < 2:
         return floor
-    typical = min(1.0, float(np.median(ratios)))
-    return min(1.0, max(floor * typical, float(np.quantile(ratios, quantile))))
+    return min(1.0, max(floor, float(np.quantile(ratios, quantile))))
 
 
 def leave_one_model_out(rows: Sequence[TimedKernel], backend: str, machine: str, peaks: MachinePeaks,
