@@ -38,7 +38,16 @@ from korch.costmodel import FEATURES_VERSION, MachinePeaks, pairwise_accuracy  #
 from korch.costmodel.model import current_rows, fp32_lanes  # noqa: E402
 from korch.costmodel.quality import leave_one_model_out  # noqa: E402
 from korch.frontend.regions import OnnxSource  # noqa: E402
-from korch.pipeline import candidate_universe, enumerate_all, model_label, profile_pools, remember_features, run_fission  # noqa: E402
+from korch.ir.graph import Graph  # noqa: E402
+from korch.pipeline import (  # noqa: E402
+    CandidateSet,
+    candidate_universe,
+    enumerate_all,
+    model_label,
+    profile_pools,
+    remember_features,
+    run_fission,
+)
 from korch.profile.database import DB_FILENAME, ProfileDB, machine_fingerprint  # noqa: E402
 from korch.profile.profiler import profile, record_version  # noqa: E402
 from korch.settings import OptimizeSettings, ProfileSettings  # noqa: E402
@@ -59,9 +68,7 @@ def collect(args: argparse.Namespace) -> None:
                                     accuracy=settings.accuracy)         # the graph `korch optimize` profiles
             source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
             cands = enumerate_all(fissioned.graph, settings)
-            pools = profile_pools(fissioned.graph, cands, settings)
-            if args.inductor_sample and "inductor" in pools:
-                pools["inductor"] += inductor_sample(pools["inductor"], cands.small, args.inductor_sample, settings.seed)
+            pools = sampled_pools(fissioned.graph, cands, settings, args.inductor_sample)
             remember_features(db, model_label(name), fissioned.graph, candidate_universe(cands, settings))
             if args.features_only:          # profiles already there: only (re)compute the feature vectors
                 print(f"{name}: features stored, {time.perf_counter() - t0:.0f} s", flush=True)
@@ -72,16 +79,18 @@ def collect(args: argparse.Namespace) -> None:
                   f"{time.perf_counter() - t0:.0f} s", flush=True)
 
 
-def inductor_sample(pool: list[Candidate], small: list[Candidate], size: int, seed: int) -> list[Candidate]:
-    """`size` unique kernels drawn at random from the model's small candidates beyond Inductor's
-    budget (`pool`): the budget takes single linear primitives and the kernels saving most bytes first,
+def sampled_pools(graph: Graph, cands: CandidateSet, settings: OptimizeSettings, size: int) -> dict[str, list[Candidate]]:
+    """`korch optimize`'s profile pools, Inductor's with `size` more unique kernels drawn at random
+    from the model's small candidates beyond its budget (seed `settings.seed`): the budget takes single linear primitives and the kernels saving most bytes first,
     so its 44 kernels per model are mostly one linear with small epilogues (bert-base: 28 of 44 one
     768 x 3072 linear), too alike for a pairwise ranking to say much; a random draw is the population
-    guided profiling would rank. Every candidate of a drawn key is returned (they share one profile)."""
-    taken = {c.key for c in pool}
-    keys = sorted({c.key for c in small} - taken)
-    drawn = set(random.Random(seed).sample(keys, min(size, len(keys))))
-    return [c for c in small if c.key in drawn]
+    guided profiling would rank. Every candidate of a drawn key joins (they share one profile)."""
+    pools = profile_pools(graph, cands, settings)
+    if size and "inductor" in pools:
+        keys = sorted({c.key for c in cands.small} - {c.key for c in pools["inductor"]})
+        drawn = set(random.Random(settings.seed).sample(keys, min(size, len(keys))))
+        pools["inductor"] += [c for c in cands.small if c.key in drawn]
+    return pools
 
 
 def noise(args: argparse.Namespace) -> None:
@@ -94,9 +103,7 @@ def noise(args: argparse.Namespace) -> None:
                             accuracy=settings.accuracy)
     source = OnnxSource(fissioned.model, dict(fissioned.value_map or {}))
     cands = enumerate_all(fissioned.graph, settings)
-    pools = profile_pools(fissioned.graph, cands, settings)
-    if args.inductor_sample:
-        pools["inductor"] += inductor_sample(pools["inductor"], cands.small, args.inductor_sample, settings.seed)
+    pools = sampled_pools(fissioned.graph, cands, settings, args.inductor_sample)
     print("| backend | kernels | PCA of a second measurement against the first | median |second/first - 1| |")
     print("|---|---:|---:|---:|")
     with ProfileDB(Path(args.cache) / DB_FILENAME) as db, tempfile.TemporaryDirectory() as tmp, \

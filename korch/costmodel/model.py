@@ -110,7 +110,8 @@ class BackendPrior:
 # and 1-4 points more on seven models by the prior alone (BENCHMARKS.md, 2026-12-07). Not yet safe
 # everywhere: it predicts segformer-b0's whole model 2.2x low against its kernels, so guided
 # profiling's optimism (floored on the whole-model scale) sits above 53% of that model's OpenVINO
-# kernels held out (8% under the summing prior); no plan was lost there, but see the stop notes.
+# kernels held out (8% under the summing prior); no plan was lost there. A floor that follows the
+# spread sample's median makes it safe but doubled yolov4's guided profiling (BENCHMARKS.md, 2026-12-07).
 DEFAULT_PRIORS = {
     "onnxruntime": BackendPrior(call_s=8e-6, per_node_s=1.5e-6, internal_traffic=True, channel_lanes=False),
     "openvino": BackendPrior(call_s=20e-6, per_node_s=1e-6, internal_traffic=False, channel_lanes=True),
