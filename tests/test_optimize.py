@@ -911,17 +911,20 @@ def test_causal_attention_masks_optimize_and_check(name: str, db: ProfileDB) -> 
         assert diff.rel <= DEFAULT_RTOL, diff
 
 
-@pytest.mark.parametrize("far_behind", [True, False])
+@pytest.mark.parametrize("case", ["far behind", "a split plan could win"])
 def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
-        far_behind: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inductor's whole model, compiled in place, is profiled before its tiling; profiled 100x slow
-    (far beyond tiles_within of onnxruntime's whole model), the tiling is never compiled. With a
-    factor no profile exceeds, it is."""
+        case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Inductor's whole model is profiled before its tiling. Profiled 100x slow (far beyond tiles_within
+    of onnxruntime's whole model), the tiling is never compiled. With every whole model profiled 100x
+    slow, a split plan beats them by far at the tiles' floors, so a solve chooses the tiles and they
+    are compiled; the log counts them (none where the tiling was left out before the solves)."""
     pytest.importorskip("torch")
+    import logging
+
     from korch.pipeline import enumerate_all, inductor_regions
 
-    if far_behind:
-        _whole_model_profiled_slow(monkeypatch, "inductor")
+    far_behind = case == "far behind"
+    _whole_model_profiled_slow(monkeypatch, "inductor" if far_behind else None)
     settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
                                 profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=3,
                                                 tiles_within=1.25 if far_behind else 1e9,
@@ -932,13 +935,15 @@ def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
     regions = inductor_regions(enumerate_all(graph, settings), settings)
     whole = {c.key for c in regions if c.size == len(graph.nodes)}
     assert whole and len(regions) == 3
-    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+    with ProfileDB(tmp_path / "profiles.sqlite") as db, caplog.at_level(logging.INFO, "korch.profile"):
         optimize(model, db, settings)
     with sqlite3.connect(tmp_path / "profiles.sqlite") as con:
         profiled = {k for (k,) in con.execute("select candidate_key from profiles where backend = 'inductor'")}
     assert whole <= profiled
     tiles = {c.key for c in regions} - whole
     assert (profiled & tiles) == (set() if far_behind else tiles)
+    said = [r.getMessage() for r in caplog.records if "other regions measured" in r.getMessage()]
+    assert len(said) == 1 and f"and {0 if far_behind else 2} of {0 if far_behind else 2} other regions" in said[0], said
 
 
 def test_inductors_whole_model_is_compared_for_its_tiling_with_another_profiled_in_its_own_link_state(

@@ -85,7 +85,6 @@ from korch.profile.profiler import (
     ProfileOutcome,
     Progress,
     accepted,
-    compiled_in_place,
     profile,
     record_version,
 )
@@ -384,9 +383,10 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                  tally: SolveTally | None = None) -> ProfileOutcome:
     """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
     `regions` (name -> the regions it compiles: Inductor's whole model and a tiling), taken after
-    them. Where the whole model is compiled in place (too large for a compile worker), it is profiled
-    first; if it is beyond `tiles_within` times the fastest whole model of `pools`, the other regions
-    are not compiled (ProfileSettings.tiles_within).
+    them. Each backend's whole model is profiled first; if it is beyond `tiles_within` times the fastest
+    whole model of `pools`, the other regions are not compiled (ProfileSettings.tiles_within), else
+    they are chosen by solving, as the small candidates are (outside `inductor_budget`: their number
+    is `inductor_region_budget`'s).
 
     Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
     at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
@@ -440,12 +440,14 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         usable.update(_usable(taken.records, got.tolerance))
         return more
 
-    # The whole model first, where it is compiled in place anyway (its constants too large for a
-    # worker): a backend whose whole model is far behind the others' has its tiling left out. A whole
-    # model a worker compiles stays in one batch with the tiling, compiled beside it (apart, the
-    # batch took segformer-b0 69 s instead of 51).
-    wholes = {name: [c for c in own if c.size == whole
-                     and compiled_in_place(graph, c, name, ps, source)] for name, own in carry.items()}
+    # Each backend's whole model first, with the linear primitives below: it is a peer every plan must
+    # beat, so it is always measured. The other regions (a tiling) are candidates like the fused ones:
+    # measured only if a solve at their floors chooses them, or not at all where the whole model is far
+    # behind the others'. (Compiled in every run before, Inductor's tiling took 14-19 s of the
+    # transformers' cold optimizes and about half of candy's and segformer-b0's 41-45 s batch of
+    # compiles ahead, and no zoo plan or best split plan ever held one of its regions: BENCHMARKS.md.)
+    wholes = {name: [c for c in own if c.size == whole] for name, own in carry.items()}
+    tiles = {name: [c for c in own if c.size != whole] for name, own in carry.items()}
     everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
     problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
                              + _problem_key(everything, {}, settings, machine).encode()).hexdigest()
@@ -461,32 +463,30 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
             for name, cs in pools.items()}
     if any(wholes.values()) or any(want.values()):
         absorb({name: [*want.get(name, ()), *wholes.get(name, ())] for name in {*want, *wholes}})
-        carry = {name: [c for c in own if c not in wholes[name]] for name, own in carry.items()}
     for name in regions:
         compared = usable
-        if carry.get(name) and settings.threads > 1 and (other := _other_state(got, name, pools, usable, whole,
+        if tiles.get(name) and settings.threads > 1 and (other := _other_state(got, name, pools, usable, whole,
                                                                               settings.threads)) is not None:
             o_name, o_cand, states = other
             log.info("%s: its whole model was profiled with the core link %s, %s's %s: timing %s's again to "
                      "compare them in one state", name, states[0], o_name, states[1], o_name)
             compared = {**usable, **_look_again(o_name, o_cand, unique, pools, usable, absorb, ps)}
-        if carry.get(name) and (reason := _far_behind(name, regions[name], pools, compared, whole, ps.tiles_within)):
-            log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))
-            carry[name] = []
+        if tiles.get(name) and (reason := _far_behind(name, regions[name], pools, compared, whole, ps.tiles_within)):
+            log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(tiles[name]))
+            tiles[name] = []
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
-        """Profile `want`, and the regions not profiled yet: one batch of compiles ahead, so the small
-        kernels fill the workers while the largest region compiles (apart, yolox-nano's 4 regions and
-        40 kernels took 73 + 46 s against 99 s together)."""
-        absorb({name: [*carry.pop(name, ()), *want.get(name, ())] for name in {*want, *carry}})
+        absorb(want)
 
     pending: dict[tuple[str, str], Candidate] = {}
     illegal: list[Record] = []
     rounds, stable = 0, True
     if not solved:
         pending = {(c.key, name): c for name in regions for c in unique
-                   if (c.key, name) not in records and not _linear_alone(graph, c)}
+                   if (c.key, name) not in records and not _linear_alone(graph, c)} if ps.inductor_budget else {}
+        pending.update({(c.key, name): c for name, own in tiles.items() for c in own})
         illegal = _refuse_illegal(graph, pending, records, db, settings, machine)
+        tiled = {(c.key, name) for name, own in tiles.items() for c in own} & pending.keys()
         bandwidth = MachinePeaks.measure().bytes_per_s
         alone = {c.nodes[0]: c for c in small if _linear_alone(graph, c)}
         floors: dict[tuple[str, str], float] = {}
@@ -508,6 +508,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
             kernels measured."""
             want: dict[str, dict[str, Candidate]] = {}
             for key, name in picked:
+                if (key, name) in tiled:     # a region's floor is its tensors' and linear primitives' (below)
+                    continue
                 for i in pending[(key, name)].nodes:
                     if i in alone and (alone[i].key, name) not in records:
                         want.setdefault(name, {})[alone[i].key] = alone[i]
@@ -521,16 +523,16 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         legal = len(pending)
         split = SplitProblem(graph, everything, boundary, start, settings.selection.solver_time_limit_s, tally=tally)
         rounds, stable = solve_until_stable(split, usable, pending, floors, measure, ps.guide_rounds,
-                                            ps.inductor_batch, budget=ps.inductor_budget,
+                                            ps.inductor_batch, budget=ps.inductor_budget + len(tiled),
                                             bar=_bar(everything, usable, whole, settings), refine=refine,
                                             calibrate=calibrate, gap=_stop_gap(settings))
         del split      # its formulation and LP go before the regions compile (yolov4: 2.4 -> 3.9 GB while solved)
         db.put_guided_done(problem)
-        log.info("%s: %d of %d fused candidates measured in %d round(s) of solving at their floors (%s)",
-                 ", ".join(regions), legal - len(pending), legal, rounds,
+        left = len(tiled & pending.keys())
+        log.info("%s: %d of %d fused candidates and %d of %d other regions measured in %d round(s) of solving at "
+                 "their floors (%s)", ", ".join(regions), legal - len(tiled) - (len(pending) - left),
+                 legal - len(tiled), len(tiled) - left, len(tiled), rounds,
                  "stable: no other could lower the plan" if stable else f"the budget of {ps.inductor_budget} spent")
-    if any(carry.values()):                  # no round measured anything: the regions alone
-        measure({})
     return replace(got, records=records, measured=got.measured + len(illegal))
 
 
