@@ -59,8 +59,9 @@ class ProfileSettings:
     # first, then an even tiling of it (pipeline.inductor_regions).
     inductor_region_budget: int = 4
     # ... but only the whole model if it profiles beyond this factor of the fastest other engine's
-    # whole model (profiled first; within it, the tiling is chosen by solving at its floors, as the
-    # small candidates are: profile/guided.py profile_last). In the zoo on the Intel host, on the five models
+    # whole model, where that whole model is compiled in place (its constants too large for a
+    # compile worker), so profiled first at no cost; within it, the tiling is chosen by solving at its
+    # floors, as the small candidates are (profile/guided.py profile_last). In the zoo on the Intel host, on the five models
     # whose Inductor whole model was 1.09-1.73x the fastest, 13 of its 15 tiles profiled slower than
     # OpenVINO or onnxruntime on the same region (one, a 0.2 ms piece of segformer-b0, faster; one
     # had no other profile). Where the whole models tied (bert-base, vit-b16, gpt2-small) its tiles

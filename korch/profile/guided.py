@@ -85,6 +85,7 @@ from korch.profile.profiler import (
     ProfileOutcome,
     Progress,
     accepted,
+    compiled_in_place,
     profile,
     record_version,
 )
@@ -383,10 +384,11 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                  tally: SolveTally | None = None) -> ProfileOutcome:
     """`outcome` (the profiles of the other backends' `pools`) and the profiles of the backends of
     `regions` (name -> the regions it compiles: Inductor's whole model and a tiling), taken after
-    them. Each backend's whole model is profiled first; if it is beyond `tiles_within` times the fastest
-    whole model of `pools`, the other regions are not compiled (ProfileSettings.tiles_within), else
-    they are chosen by solving, as the small candidates are (outside `inductor_budget`: their number
-    is `inductor_region_budget`'s).
+    them. Where the whole model is compiled in place (too large for a compile worker), it is profiled
+    first; if it is beyond `tiles_within` times the fastest whole model of `pools`, the other regions
+    are not compiled (ProfileSettings.tiles_within), else they are chosen by solving, as the small
+    candidates are (outside `inductor_budget`: their number is `inductor_region_budget`'s). A whole
+    model a worker compiles is compiled with its tiling, in the first round that measures anything.
 
     Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
     at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
@@ -440,14 +442,16 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         usable.update(_usable(taken.records, got.tolerance))
         return more
 
-    # Each backend's whole model first, with the linear primitives below: it is a peer every plan must
-    # beat, so it is always measured. The other regions (a tiling) are candidates like the fused ones:
-    # measured only if a solve at their floors chooses them, or not at all where the whole model is far
-    # behind the others'. (Compiled in every run before, Inductor's tiling took 14-19 s of the
-    # transformers' cold optimizes and about half of candy's and segformer-b0's 41-45 s batch of
-    # compiles ahead, and no zoo plan or best split plan ever held one of its regions: BENCHMARKS.md.)
-    wholes = {name: [c for c in own if c.size == whole] for name, own in carry.items()}
-    tiles = {name: [c for c in own if c.size != whole] for name, own in carry.items()}
+    # The whole model first, where it is compiled in place anyway (its constants too large for a
+    # worker): a backend whose whole model is far behind the others' has its tiling left out, and
+    # otherwise its tiles are candidates like the fused ones, compiled only if a solve at their floors
+    # chooses them (compiled every run before, they took 14-19 s of the transformers' cold optimizes,
+    # and no zoo plan or best split plan held one: BENCHMARKS.md, 2026-12-07). A whole model a worker
+    # compiles stays in one batch with its tiling, compiled beside it on the worker it would leave
+    # idle: compiled first alone, segformer-b0's took 49 s, then its tiles, which the floors chose,
+    # 25 s more with a boundary calibration of 13 s, where the batch took 41 s (the same day).
+    wholes = {name: [c for c in own if c.size == whole
+                     and compiled_in_place(graph, c, name, ps, source)] for name, own in carry.items()}
     everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
     problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
                              + _problem_key(everything, {}, settings, machine).encode()).hexdigest()
@@ -463,20 +467,26 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
             for name, cs in pools.items()}
     if any(wholes.values()) or any(want.values()):
         absorb({name: [*want.get(name, ()), *wholes.get(name, ())] for name in {*want, *wholes}})
+        carry = {name: [c for c in own if c not in wholes[name]] for name, own in carry.items()}
     for name in regions:
         compared = usable
-        if tiles.get(name) and settings.threads > 1 and (other := _other_state(got, name, pools, usable, whole,
+        if carry.get(name) and settings.threads > 1 and (other := _other_state(got, name, pools, usable, whole,
                                                                               settings.threads)) is not None:
             o_name, o_cand, states = other
             log.info("%s: its whole model was profiled with the core link %s, %s's %s: timing %s's again to "
                      "compare them in one state", name, states[0], o_name, states[1], o_name)
             compared = {**usable, **_look_again(o_name, o_cand, unique, pools, usable, absorb, ps)}
-        if tiles.get(name) and (reason := _far_behind(name, regions[name], pools, compared, whole, ps.tiles_within)):
-            log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(tiles[name]))
-            tiles[name] = []
+        if carry.get(name) and (reason := _far_behind(name, regions[name], pools, compared, whole, ps.tiles_within)):
+            log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))
+            carry[name] = []
+    # the tiles of a whole model profiled in place: chosen by solving (above)
+    tiles = {name: carry.pop(name) for name in list(carry) if wholes.get(name)}
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
-        absorb(want)
+        """Profile `want`, and the regions not profiled yet: one batch of compiles ahead, so the small
+        kernels fill the workers while the largest region compiles (apart, yolox-nano's 4 regions and
+        40 kernels took 73 + 46 s against 99 s together)."""
+        absorb({name: [*carry.pop(name, ()), *want.get(name, ())] for name in {*want, *carry}})
 
     pending: dict[tuple[str, str], Candidate] = {}
     illegal: list[Record] = []
@@ -533,6 +543,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                  "their floors (%s)", ", ".join(regions), legal - len(tiled) - (len(pending) - left),
                  legal - len(tiled), len(tiled) - left, len(tiled), rounds,
                  "stable: no other could lower the plan" if stable else f"the budget of {ps.inductor_budget} spent")
+    if any(carry.values()):                  # no round measured anything: the regions alone
+        measure({})
     return replace(got, records=records, measured=got.measured + len(illegal))
 
 

@@ -635,6 +635,12 @@ def _worker_graph(graph: Graph, cand: Candidate, backend: Backend, settings: Pro
     return sub
 
 
+def compiled_in_place(graph: Graph, cand: Candidate, backend_name: str, settings: ProfileSettings,
+                      source: OnnxSource | None) -> bool:
+    """Whether the profiler compiles this (candidate, backend) where it times it, never in a worker."""
+    return _worker_graph(graph, cand, get_backend(backend_name), settings, source) is None
+
+
 def _from_onnx(cand: Candidate, backend: Backend, source: OnnxSource | None) -> bool:
     """Whether `compile_candidate` gives `backend` the candidate's ONNX nodes rather than its primitives."""
     return bool(cand.onnx_nodes) and backend.accepts_onnx and source is not None
