@@ -450,8 +450,9 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     # compiles stays in one batch with its tiling, compiled beside it on the worker it would leave
     # idle: compiled first alone, segformer-b0's took 49 s, then its tiles, which the floors chose,
     # 25 s more with a boundary calibration of 13 s, where the batch took 41 s (the same day).
-    wholes = {name: [c for c in own if c.size == whole
-                     and compiled_in_place(graph, c, name, ps, source)] for name, own in carry.items()}
+    in_place = {name for name, own in regions.items()
+                if any(c.size == whole and compiled_in_place(graph, c, name, ps, source) for c in own)}
+    wholes = {name: [c for c in own if c.size == whole and name in in_place] for name, own in carry.items()}
     everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
     problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
                              + _problem_key(everything, {}, settings, machine).encode()).hexdigest()
@@ -479,8 +480,9 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         if carry.get(name) and (reason := _far_behind(name, regions[name], pools, compared, whole, ps.tiles_within)):
             log.info("%s: %s; its %d other region(s) are not compiled", name, reason, len(carry[name]))
             carry[name] = []
-    # the tiles of a whole model profiled in place: chosen by solving (above)
-    tiles = {name: carry.pop(name) for name in list(carry) if wholes.get(name)}
+    # the tiles of a whole model profiled in place: chosen by solving (above), so never compiled once
+    # the problem is solved (a warm run that compiled them took bert-base's optimize 2 -> 42 s)
+    tiles = {name: carry.pop(name) for name in list(carry) if name in in_place}
 
     def measure(want: Mapping[str, Sequence[Candidate]]) -> None:
         """Profile `want`, and the regions not profiled yet: one batch of compiles ahead, so the small
