@@ -537,7 +537,12 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         rounds, stable = solve_until_stable(split, usable, pending, floors, measure, ps.guide_rounds,
                                             ps.inductor_batch, budget=ps.inductor_budget + len(tiled),
                                             bar=_bar(everything, usable, whole, settings), refine=refine,
-                                            calibrate=calibrate, gap=_stop_gap(settings))
+                                            calibrate=calibrate, gap=_stop_gap(settings),
+                                            # (a tile's rivals are the small kernels over its primitives, most
+                                            # of the pending ones: vit-b16's round of its 3 tiles took 17 more,
+                                            # 12 s, after calibrating Inductor's boundaries, 10 s; the tiles
+                                            # alone, compiled every run before, took 14-19 s)
+                                            unrivalled=tiled)
         del split      # its formulation and LP go before the regions compile (yolov4: 2.4 -> 3.9 GB while solved)
         db.put_guided_done(problem)
         left = len(tiled & pending.keys())
@@ -798,13 +803,16 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
                        refine: Callable[[Sequence[tuple[str, str]]], int] | None = None,
                        exact_batch_size: int | None = None, expected: Mapping[tuple[str, str], float] | None = None,
                        uncertainty: int = 0, calibrate: Callable[[Collection[str]], bool] | None = None,
-                       gap: float = 0.0) -> tuple[int, bool]:
+                       gap: float = 0.0, unrivalled: Collection[tuple[str, str]] = ()) -> tuple[int, bool]:
     """Solve `problem` over measured `costs` (usable kernels only; `measure` adds to them) and `optimistic`
     costs of the `pending` pairs; measure the pending pairs a solve chooses (removing them from
     `pending`) and solve again, until a solve chooses only measured kernels (stable) or `max_rounds`.
     A round measures the pending kernels the solve chose and, up to `batch_size` in all, the pending
     kernels over the same primitives with the lowest optimistic cost per primitive: the ones the next
-    solve would otherwise turn to, one solve (seconds on a zoo model) per few kernels.
+    solve would otherwise turn to, one solve (seconds on a zoo model) per few kernels. A round that
+    chose any of the `unrivalled` pairs measures what it chose alone, and one that chose nothing else
+    measures them before `calibrate` (below): a large kernel's few boundaries are a small share of its
+    time, so calibrating them first would seldom spare its compile.
     If every optimistic cost is at most the kernel's measured cost, the last solve's choice is the
     optimum over all measured costs: a cheaper choice would have been chosen at its lower costs.
 
@@ -871,10 +879,11 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
         covered = set().union(*(pending[p].nodes for p in fresh))
         rivals = sorted((p for p, c in pending.items() if p not in fresh and covered.intersection(c.nodes)),
                         key=lambda p: optimistic[p] / pending[p].size)
-        picked = fresh + rivals[:max(0, size - len(fresh))]
+        picked = fresh if not set(unrivalled).isdisjoint(fresh) else fresh + rivals[:max(0, size - len(fresh))]
         if budget is not None:
             picked = picked[:budget - spent]
-        if calibrate is not None and calibrate({name for _, name in picked}):
+        if calibrate is not None and not set(unrivalled).issuperset(picked) and \
+                calibrate({name for _, name in picked}):
             problem.reformulate()
             log.info("guided profiling, round %d: solving again at the boundary costs just calibrated", rounds)
             continue

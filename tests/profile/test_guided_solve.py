@@ -392,3 +392,54 @@ def test_the_guided_stop_lets_no_split_plan_beat_the_best_whole_model_by_more_th
     best = 0.1
     stop = best * margin * (1 - _stop_gap(settings))
     assert stop == pytest.approx(min(best * margin, best / (1 + regret)), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_round_that_chose_an_unrivalled_kernel_measures_only_what_it_chose(seed: int) -> None:
+    """With a batch of 40, each round also measures pending kernels over the chosen ones' primitives
+    (rivals); a round whose solve chose an `unrivalled` pair (Inductor's tiles in profile_last)
+    measures exactly the pending pairs that solve chose. At least one such round runs, and without
+    `unrivalled` the same problem's first round measures more than its solve chose."""
+    for unrivalled_on in (True, False):
+        rng = np.random.default_rng(seed)
+        graph, pools, true, measured, pending = _problem(rng, seed)
+        optimistic = {pair: 0.0 for pair in pending}          # every pending kernel looks free
+        unrivalled = set(list(pending)[::3]) if unrivalled_on else set()
+        chosen: list[set[tuple[str, str]]] = []
+        rounds: list[set[tuple[str, str]]] = []
+
+        class Recording(SplitProblem):
+            def solve(self, costs, pend, opt):
+                got = super().solve(costs, pend, opt)
+                chosen.append({self.pairs[o.key] for o in got.chosen if self.pairs[o.key] in pend})
+                return got
+
+        def measure(want) -> None:
+            rounds.append({(c.key, name) for name, cs in want.items() for c in cs})
+            for pair in rounds[-1]:
+                measured[pair] = true[pair]
+
+        solve_until_stable(Recording(graph, pools), measured, pending, optimistic, measure, max_rounds=100,
+                           batch_size=40, relax=False, unrivalled=unrivalled)
+        if unrivalled_on:
+            alone = [(r, c) for r, c in zip(rounds, chosen) if unrivalled & c]
+            assert alone and all(r == c for r, c in alone), alone
+        else:
+            assert len(rounds[0]) > len(chosen[0]), (rounds[0], chosen[0])
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_round_of_unrivalled_kernels_alone_is_measured_before_calibrating(seed: int) -> None:
+    """`calibrate` is asked before every round that measures anything, except a round whose kernels
+    are all `unrivalled` (Inductor's tiles: their few boundaries are a small share of their time)."""
+    for all_unrivalled in (True, False):
+        rng = np.random.default_rng(seed)
+        graph, pools, true, measured, pending = _problem(rng, seed)
+        asked, measure = _recorder(true, measured)
+        calls: list[int] = []
+        solve_until_stable(SplitProblem(graph, pools), measured, pending, dict.fromkeys(pending, 0.0), measure,
+                           max_rounds=100, batch_size=4, relax=False,
+                           calibrate=lambda names: calls.append(len(asked)) is not None,   # (never calibrates)
+                           unrivalled=set(pending) if all_unrivalled else ())
+        assert asked
+        assert calls == [] if all_unrivalled else len(calls) >= 1, calls
