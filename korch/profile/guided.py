@@ -387,8 +387,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     them. Where the whole model is compiled in place (too large for a compile worker), it is profiled
     first; if it is beyond `tiles_within` times the fastest whole model of `pools`, the other regions
     are not compiled (ProfileSettings.tiles_within), else they are chosen by solving, as the small
-    candidates are (outside `inductor_budget`: their number is `inductor_region_budget`'s). A whole
-    model a worker compiles is compiled with its tiling, in the first round that measures anything.
+    candidates are (the loop's budget is then `inductor_budget` plus their number). A whole model a
+    worker compiles is compiled with its tiling, in the first round that measures anything.
 
     Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
     at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
