@@ -917,7 +917,7 @@ def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
     """Inductor's whole model, compiled in place, is profiled before its tiling. Profiled 100x slow (far
     beyond tiles_within of onnxruntime's whole model), the tiling is never compiled. Otherwise its tiles
     are compiled only if a solve at their floors chooses them: with every whole model profiled 100x
-    slow, a split plan beats them by far at the tiles' floors, and they are; where a split plan must
+    slow, a split plan beats them by far at the tiles' floors, and one or both are; where a split plan must
     beat the fastest whole model 100x over, no solve can choose one, and they are not. The log counts
     them, and a warm run compiles none of them (a tile never chosen stays uncompiled)."""
     pytest.importorskip("torch")
@@ -950,10 +950,12 @@ def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
     assert inductor_profiles() == profiled
     assert whole <= profiled
     tiles = {c.key for c in regions} - whole
-    assert (profiled & tiles) == (tiles if chosen else set())
+    compiled = profiled & tiles
+    # (chosen: one tile or both, as the solves go: once one is measured, the other may no longer pay)
+    assert compiled if chosen else not compiled, compiled
     said = [r.getMessage() for r in caplog.records if "other regions measured" in r.getMessage()]
     assert len(said) == 1, said                                     # (the warm run solves nothing)
-    assert f"and {2 if chosen else 0} of {0 if far_behind else 2} other regions" in said[0], said
+    assert f"and {len(compiled)} of {0 if far_behind else 2} other regions" in said[0], said
 
 
 def test_inductors_whole_model_is_compared_for_its_tiling_with_another_profiled_in_its_own_link_state(
