@@ -545,10 +545,11 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
                                             unrivalled=tiled)
         del split      # its formulation and LP go before the regions compile (yolov4: 2.4 -> 3.9 GB while solved)
         db.put_guided_done(problem)
-        left = len(tiled & pending.keys())
+        tiles_left = len(tiled & pending.keys())
+        fused, fused_left = legal - len(tiled), len(pending) - tiles_left
         log.info("%s: %d of %d fused candidates and %d of %d other regions measured in %d round(s) of solving at "
-                 "their floors (%s)", ", ".join(regions), legal - len(tiled) - (len(pending) - left),
-                 legal - len(tiled), len(tiled) - left, len(tiled), rounds,
+                 "their floors (%s)", ", ".join(regions), fused - fused_left, fused, len(tiled) - tiles_left,
+                 len(tiled), rounds,
                  "stable: no other could lower the plan" if stable else f"the budget of {ps.inductor_budget} spent")
     if any(carry.values()):                  # no round measured anything: the regions alone
         measure({})
@@ -849,6 +850,7 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
     then stops the loop as before, though a plan with pending kernels may then still be up to
     `uncertainty` * theta below it (the bar, the usual stop, has no such slack)."""
     rounds = spent = 0
+    unrivalled = frozenset(unrivalled)
     while rounds < max_rounds and (budget is None or spent < budget):
         rounds += 1
         try:
@@ -879,11 +881,10 @@ def solve_until_stable(problem: SplitProblem, costs: Mapping[tuple[str, str], fl
         covered = set().union(*(pending[p].nodes for p in fresh))
         rivals = sorted((p for p, c in pending.items() if p not in fresh and covered.intersection(c.nodes)),
                         key=lambda p: optimistic[p] / pending[p].size)
-        picked = fresh if not set(unrivalled).isdisjoint(fresh) else fresh + rivals[:max(0, size - len(fresh))]
+        picked = fresh if not unrivalled.isdisjoint(fresh) else fresh + rivals[:max(0, size - len(fresh))]
         if budget is not None:
             picked = picked[:budget - spent]
-        if calibrate is not None and not set(unrivalled).issuperset(picked) and \
-                calibrate({name for _, name in picked}):
+        if calibrate is not None and not unrivalled.issuperset(picked) and calibrate({name for _, name in picked}):
             problem.reformulate()
             log.info("guided profiling, round %d: solving again at the boundary costs just calibrated", rounds)
             continue
