@@ -73,19 +73,40 @@ class CandidateModule(torch.nn.Module):
             self.constant_buffers.append((name, buffer))
         self.steps = lowered_steps(graph)
         self.output_names = graph.outputs
+        self.last_reads = last_reads(self.steps, graph.outputs)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         env: dict[str, torch.Tensor] = dict(zip(self.input_names, inputs))
         for name, buffer in self.constant_buffers:
             env[name] = getattr(self, buffer)
-        for step in self.steps:
+        for step, done in zip(self.steps, self.last_reads):
             y = step.lower([env[i] for i in step.inputs], step.prim)
             env[step.output] = y if y.dtype == step.dtype else y.to(step.dtype)
+            # Tracing (make_fx) runs the graph on real tensors: holding every intermediate to the end
+            # held the whole model's activations at once (yolov4's whole graph: 2,234 MiB, the largest
+            # part of its compile's peak), where freeing each after its last reader holds the live ones.
+            for name in done:
+                del env[name]
         # A view output (transpose, expand, slice) becomes a contiguous buffer written by the fused kernel.
         # `.contiguous()` of a tensor contiguous here traces nothing, so an output Inductor lays out
         # otherwise (channels-last, compile_graph) is asked for as an explicit contiguous copy instead.
         return tuple(torch.clone(env[name], memory_format=torch.contiguous_format) if k in self.relayout
                      else env[name].contiguous() for k, name in enumerate(self.output_names))
+
+
+def last_reads(steps: Sequence[Step], outputs: Sequence[str]) -> list[tuple[str, ...]]:
+    """Per step, the values no later step reads and no output is: what forward may drop after it
+    (graph inputs and constants too; the caller and the module still hold those)."""
+    last: dict[str, int] = {}
+    for k, step in enumerate(steps):
+        for name in step.inputs:
+            last[name] = k
+    kept = set(outputs)
+    done: list[list[str]] = [[] for _ in steps]
+    for name, k in last.items():
+        if name not in kept:
+            done[k].append(name)
+    return [tuple(names) for names in done]
 
 
 def lowered_steps(graph: Graph) -> list[Step]:
