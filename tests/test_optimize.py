@@ -958,6 +958,35 @@ def test_inductors_tiling_is_compiled_only_if_its_whole_model_is_not_far_behind(
     assert f"and {len(compiled)} of {0 if far_behind else 2} other regions" in said[0], said
 
 
+def test_a_warm_run_holding_inductors_regions_does_not_ask_where_they_would_compile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inductor's whole model compiled by a worker, with its tiles: a warm run finds them all profiled
+    and never asks whether the whole model compiles in place, which builds its graph for the backend's
+    check and imports torch (warm yolox-nano 0.9 -> 5.3 s when it did). The cold run asks."""
+    pytest.importorskip("torch")
+    import korch.profile.guided as guided
+
+    asked: list[str] = []
+    ask = guided.compiled_in_place
+
+    def spy(graph, cand, backend_name, *args):          # type: ignore[no-untyped-def]
+        asked.append(backend_name)
+        return ask(graph, cand, backend_name, *args)
+
+    monkeypatch.setattr(guided, "compiled_in_place", spy)
+    settings = OptimizeSettings(threads=1, backends=("onnxruntime", "inductor"), calibration=QUICK_CALIBRATION,
+                                profile=replace(QUICK_PROFILE, inductor_budget=0, inductor_region_budget=3,
+                                                compile_workers=2),
+                                selection=QUICK_SELECTION)
+    model = zoo.to_model_proto("candy-mini")
+    with ProfileDB(tmp_path / "profiles.sqlite") as db:
+        optimize(model, db, settings)
+        cold = list(asked)
+        asked.clear()
+        optimize(model, db, settings)
+    assert "inductor" in cold and not asked, (cold, asked)
+
+
 def test_inductors_whole_model_is_compared_for_its_tiling_with_another_profiled_in_its_own_link_state(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """At two threads, Inductor's whole model profiled with the core link near and onnxruntime's far

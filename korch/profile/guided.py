@@ -450,8 +450,11 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     # compiles stays in one batch with its tiling, compiled beside it on the worker it would leave
     # idle: compiled first alone, segformer-b0's took 49 s, then its tiles, which the floors chose,
     # 25 s more with a boundary calibration of 13 s, where the batch took 41 s (the same day).
+    # (asked only of a backend with regions still to compile: a warm run that holds them all asked it,
+    # and the backend's check of the whole graph imported torch: warm yolox-nano 0.9 -> 5.3 s)
     in_place = {name for name, own in regions.items()
-                if any(c.size == whole and compiled_in_place(graph, c, name, ps, source) for c in own)}
+                if carry[name] and any(c.size == whole and compiled_in_place(graph, c, name, ps, source)
+                                       for c in own)}
     wholes = {name: [c for c in own if c.size == whole and name in in_place] for name, own in carry.items()}
     everything = {**pools, **{name: list(own) + unique for name, own in regions.items()}}
     problem = hashlib.sha256(f"last|{ps.inductor_budget}|{ps.inductor_batch}|".encode()
