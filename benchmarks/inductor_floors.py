@@ -39,7 +39,7 @@ def main() -> None:
     from korch.settings import OptimizeSettings
 
     settings = OptimizeSettings(threads=args.threads)
-    graph = run_fission(args.model, cache_dir=args.cache).graph
+    graph = run_fission(args.model, cache_dir=args.cache, rewrite=settings.rewrites).graph    # as optimize profiles it
     every = enumerate_all(graph, settings).small
     small = {c.key: c for c in every}
     machine = machine_fingerprint()
