@@ -23,10 +23,7 @@ from pathlib import Path
 # appended, not put first: a checkout given by PYTHONPATH is the korch measured
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
+from check_memory import resident_mib  # noqa: E402
 
 
 class Sampler:
@@ -38,11 +35,11 @@ class Sampler:
 
     def _run(self) -> None:
         while True:
-            self.peak = max(self.peak, _rss_mib())
+            self.peak = max(self.peak, resident_mib())
             time.sleep(0.02)
 
     def reset(self) -> None:
-        self.peak = _rss_mib()
+        self.peak = resident_mib()
 
 
 def main() -> None:
@@ -79,7 +76,7 @@ def main() -> None:
     def settle() -> float:
         gc.collect()
         release_freed_heap()
-        return _rss_mib()
+        return resident_mib()
 
     print(f"korch {Path(korch.__file__).parent.parent}; {args.model}: {len(sub.nodes)} primitives, "
           f"every intermediate together {activations:,.0f} MiB")

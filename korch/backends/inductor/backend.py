@@ -97,14 +97,10 @@ class CandidateModule(torch.nn.Module):
 def last_reads(steps: Sequence[Step], outputs: Sequence[str]) -> list[tuple[str, ...]]:
     """Per step, the values no later step reads and no output is: what forward may drop after it
     (graph inputs and constants too; the caller and the module still hold those)."""
-    last: dict[str, int] = {}
-    for k, step in enumerate(steps):
-        for name in step.inputs:
-            last[name] = k
-    kept = set(outputs)
+    last = {name: k for k, step in enumerate(steps) for name in step.inputs}
     done: list[list[str]] = [[] for _ in steps]
     for name, k in last.items():
-        if name not in kept:
+        if name not in outputs:
             done[k].append(name)
     return [tuple(names) for names in done]
 
