@@ -706,6 +706,27 @@ def test_a_model_digest_changes_with_any_weight_byte_or_node_and_not_with_a_copy
     assert model.graph.initializer[0].HasField("raw_data")         # the argument is left as it was
 
 
+def test_a_model_digest_serializes_what_a_cleared_full_copy_would() -> None:
+    """model_digest builds its weightless copy field by field instead of copying the weights and
+    clearing them: every other field (metadata, opsets, value_info, a tensor stored in typed fields, a
+    raw tensor's doc string) must serialize to the same bytes, so keys stored by earlier runs still match."""
+    from korch.frontend.onnx_import import _without_raw_data
+
+    model = _conv3x3_model()
+    model.doc_string = "given"
+    onnx.helper.set_model_props(model, {"author": "test"})
+    model.graph.initializer[0].doc_string = "a raw weight"
+    model.graph.initializer.append(onnx.helper.make_tensor("typed", onnx.TensorProto.FLOAT, [2], [1.0, 2.0]))
+    model.graph.value_info.append(onnx.helper.make_tensor_value_info("v", onnx.TensorProto.FLOAT, [1, 2]))
+    cleared = onnx.ModelProto()
+    cleared.CopyFrom(model)
+    for t in cleared.graph.initializer:
+        t.ClearField("raw_data")
+    light = _without_raw_data(model)
+    assert light.SerializeToString(deterministic=True) == cleared.SerializeToString(deterministic=True)
+    assert len(light.graph.initializer[-1].float_data) == 2 and not light.graph.initializer[0].raw_data
+
+
 def _attention_model(*, index: int = -1, t: int = 12, d: int = 16, heads: int = 2, gathered_out: bool = False,
                      softmax_over_tokens: bool = False, index_shape: tuple[int, ...] = (), sliced: int = 0,
                      opset: int = 18) -> onnx.ModelProto:
