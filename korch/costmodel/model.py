@@ -326,12 +326,16 @@ def _stale(saved: CostModel, have: int, settings: CostModelSettings) -> bool:
 
 
 def load_or_train(db: ProfileDB, backend: str, machine: str, peaks: MachinePeaks | None = None,
-                  settings: CostModelSettings = CostModelSettings()) -> CostModel:
-    """The saved model for (backend, machine), retrained if the database has grown enough since."""
+                  settings: CostModelSettings = CostModelSettings(), retrain: bool = True) -> CostModel:
+    """The saved model for (backend, machine), retrained if the database has grown enough since
+    (`retrain`; without it, any usable saved model as it is: a warm run that predicts nothing need
+    not pay for trees it will not ask)."""
     from korch.backends import get_backend
 
     path = model_path(db.path.parent, backend, machine)
     saved = read_model(path, backend, machine)
+    if saved is not None and not retrain:
+        return saved
     rows = current_rows(db.timed_with_features(backend, machine, FEATURES_VERSION), get_backend(backend).version)
     have = len({(r.candidate_key, r.threads) for r in rows})
     if saved is not None and not _stale(saved, have, settings):

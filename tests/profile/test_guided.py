@@ -43,6 +43,38 @@ def test_guided_profiling_measures_what_could_be_chosen_and_replays_warm(trained
     assert warm.selection.kernels == cold.selection.kernels
 
 
+def test_a_warm_run_does_not_retrain_the_cost_models_it_will_not_ask(trained: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished guided problem is recognised by the saved cost models as they are: a warm run retrains
+    none, though the database outgrew them (retrain_growth 1.0: any run finds them stale); the cold run,
+    with a problem to solve, does retrain."""
+    import shutil
+
+    import korch.costmodel.model as costmodel
+
+    trainings: list[str] = []
+    train = costmodel.train
+
+    def counted(rows, backend, *args, **kwargs):          # type: ignore[no-untyped-def]
+        trainings.append(backend)
+        return train(rows, backend, *args, **kwargs)
+
+    monkeypatch.setattr(costmodel, "train", counted)
+    shutil.copytree(trained.parent, tmp_path / "cache")       # (the saved cost models beside the database)
+    db_path = tmp_path / "cache" / trained.name
+    assert (db_path.parent / "costmodels").is_dir()
+    eager = replace(SETTINGS, cost_model=replace(SETTINGS.cost_model, retrain_growth=1.0))
+    model = zoo.to_model_proto("efficientvit-mini")     # (one no other test optimizes into `trained`)
+    with ProfileDB(db_path) as db:
+        _, _, cold = optimize(model, db, eager)
+        retrained = list(trainings)
+        trainings.clear()
+        _, _, warm = optimize(model, db, eager)
+    assert retrained == ["onnxruntime"] and cold.guide.rounds >= 1
+    assert trainings == [] and warm.guide.rounds == 0 and warm.profiled_new == 0
+    assert warm.selection.kernels == cold.selection.kernels
+
+
 def test_optimism_from_a_random_samples_spread_measures_the_sample_first(trained: Path, tmp_path: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     """ProfileSettings.guide_spread_sample: that many random pairs are measured before any solve, and
