@@ -19,10 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
 
 from korch.errors import ModelLoadError, ShapeError
 from korch.frontend.engines import is_standard, node_key, unrunnable_error, unrunnable_nodes
+from korch.ir.onnx_source import copy_fields
 from korch.ir.types import DType
 
 log = logging.getLogger("korch.frontend")
@@ -201,26 +202,11 @@ def model_digest(model: onnx.ModelProto) -> str:
 def _without_raw_data(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of `model` whose initializers hold no raw_data, built field by field: the weights are
     never copied. Serialized, it is the bytes of a full copy with each raw_data cleared."""
-    light = onnx.ModelProto()
-    _copy_fields(model, light, skip="graph")
-    _copy_fields(model.graph, light.graph, skip="initializer")
+    light = copy_fields(model, onnx.ModelProto(), skip=("graph",))
+    copy_fields(model.graph, light.graph, skip=("initializer",))
     for t in model.graph.initializer:
-        _copy_fields(t, light.graph.initializer.add(), skip="raw_data")
+        copy_fields(t, light.graph.initializer.add(), skip=("raw_data",))
     return light
-
-
-def _copy_fields(source: Message, into: Message, skip: str) -> None:
-    """Every field set in `source` but the one named `skip`, copied into the empty `into`."""
-    for field, value in source.ListFields():
-        if field.name == skip:
-            continue
-        # (protobuf 7's descriptors say is_repeated; older ones, only label)
-        if getattr(field, "is_repeated", None) or getattr(field, "label", None) == field.LABEL_REPEATED:
-            getattr(into, field.name).extend(value)
-        elif field.message_type is not None:
-            getattr(into, field.name).CopyFrom(value)
-        else:
-            setattr(into, field.name, value)
 
 
 def _inline_functions(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
