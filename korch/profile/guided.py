@@ -407,15 +407,16 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
     worker compiles is compiled with its tiling, in the first round that measures anything.
 
     Their small candidates are chosen by solving, as guided profiling does, with each unmeasured one
-    at a floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
+    at an estimated floor under any kernel of it (prune.floor_seconds: its linear primitives at their best time
     alone, its tensors in and out moved once at bandwidth; linear primitives not yet timed alone are
     timed first, on the other backends of `pools` that take them). A round takes the fused kernels the
     split-plan BLP (or its LP relaxation) would choose at those floors, and their rivals, up to
     `inductor_batch`. If their backend never ran one of their linear primitives alone, it runs those
     first instead (one compile per key) and the floors rise to its own times (`refine`); else the
     round measures them. Rounds go on until a solve chooses only measured kernels (no other kernel of
-    these backends could then lower the plan, if the floors hold), the LP's bound reaches the fastest
-    whole model, or `inductor_budget` kernels were measured. A linear primitive alone is never chosen
+    these backends could then lower the plan if the floors held; they are estimates, which cache-
+    resident chains beat: prune.py), the LP's bound reaches the fastest whole model, or
+    `inductor_budget` kernels were measured. A linear primitive alone is never chosen
     for itself: its floor is the best time measured for it, so it could at most tie. A finished
     problem is remembered, so a warm run measures nothing.
 
@@ -569,7 +570,8 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         log.info("%s: %d of %d fused candidates and %d of %d other regions measured in %d round(s) of solving at "
                  "their floors (%s)", ", ".join(regions), fused - fused_left, fused, len(tiled) - tiles_left,
                  len(tiled), rounds,
-                 "stable: no other could lower the plan" if stable else f"the budget of {ps.inductor_budget} spent")
+                 "stable: none other could lower the plan at its floor, an estimate (prune.floor_seconds)" if stable
+                 else f"the budget of {ps.inductor_budget} spent")
     if any(carry.values()):                  # no round measured anything: the regions alone
         measure({})
     return replace(got, records=records, measured=got.measured + len(illegal))

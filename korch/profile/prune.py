@@ -2,8 +2,14 @@
 
 Compiling a candidate with Inductor costs about a second, so it sees few of them. Profiled after
 the other backends (profile/guided.py: profile_last), it compiles the fused candidates a split-plan
-solve would choose if each ran at `floor_seconds`, a floor under any kernel of it built from those
-backends' profiles and from its own time for each linear primitive alone. Profiled with them (guided
+solve would choose if each ran at `floor_seconds`, an estimated floor under any kernel of it built
+from those backends' profiles and from its own time for each linear primitive alone. It is not a
+proven bound: its memory term moves the kernel's tensors at DRAM bandwidth, and a chain of
+reductions and elementwise ops whose tensors stay in the last-level cache runs below it (candy: 18
+of 37 measured fused Inductor kernels, down to 0.16x; segformer-b0: 29 of 36,
+benchmarks/inductor_floors.py, BENCHMARKS.md, 2026-12-07). A bound that held would price such bytes
+at the cache's bandwidth, lowering every small kernel's floor and so compiling more of them: not
+done, the cold optimize's time being the scarcer. Profiled with them (guided
 by its cost model, or before any profile exists), it takes `worth_profiling`: every linear primitive
 alone first, then the fused candidates that keep the most intermediate bytes out of memory. On yolox-nano, efficientvit-b1 and segformer-b0 at 2 threads,
 0, 1 and 1 of the 40 kernels that chose ran faster than onnxruntime on the same candidate: for a conv
@@ -48,7 +54,8 @@ def worth_profiling(graph: Graph, candidates: Sequence[Candidate], budget: int) 
 
 def floor_seconds(graph: Graph, candidate: Candidate, single: Mapping[int, float], bytes_per_s: float,
                   own: Mapping[int, float] | None = None) -> float:
-    """A floor under any kernel of `candidate` on this machine: its linear primitives as fast as the
+    """An estimated floor under any kernel of `candidate` on this machine (not a proven bound: module
+    doc): its linear primitives as fast as the
     fastest kernel measured for each alone (`single`: node index -> seconds; a fused kernel still
     calls a matmul/conv library for them), and at least its input and output bytes moved once at
     memory bandwidth. Linear primitives with no single measured count as free.
