@@ -570,7 +570,7 @@ def profile_last(graph: Graph, regions: Mapping[str, Sequence[Candidate]], small
         log.info("%s: %d of %d fused candidates and %d of %d other regions measured in %d round(s) of solving at "
                  "their floors (%s)", ", ".join(regions), fused - fused_left, fused, len(tiled) - tiles_left,
                  len(tiled), rounds,
-                 "stable: none other could lower the plan at its floor, an estimate (prune.floor_seconds)" if stable
+                 "stable at their floors, which are estimates: prune.floor_seconds" if stable
                  else f"the budget of {ps.inductor_budget} spent")
     if any(carry.values()):                  # no round measured anything: the regions alone
         measure({})
