@@ -266,7 +266,8 @@ def format_summary(stats, by_backend: dict[str, int]) -> str:
     if sel.split_kernels is not None and sel.kept != "split":
         split = f"; best split plan {sel.split_kernels} kernels"
     rows = [
-        ("primitives", f"{stats.primitives}"
+        ("primitives", f"{stats.primitives}" + (" (the model file as an earlier run fissioned it)"
+                                                if stats.fission_remembered else "")
                        + (f"; {stats.opaque_nodes} ONNX node(s) kept whole (opaque, see korch fission)"
                           if stats.opaque_nodes else "")),
         *([("rewrites", rewrites_line(stats.rewrites))] if stats.rewrites else []),

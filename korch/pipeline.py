@@ -23,6 +23,7 @@ from korch.errors import ModelLoadError, UnsupportedError, VerificationError
 from korch.frontend import load_model
 from korch.frontend.fission.driver import OpaqueNode, fission_model
 from korch.frontend.onnx_import import read_model
+from korch.frontend.prepared import Prepared, PreparedEntry
 from korch.frontend.regions import OnnxSource, share_weights
 from korch.frontend.rewrite_check import checked_rewrites
 from korch.frontend.rewrites import rewrite_model
@@ -141,6 +142,31 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
                          rewrites, original)
 
 
+
+def prepare_model(resolved: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None,
+                  settings: OptimizeSettings, cache_dir: Path, db: ProfileDB | None = None) -> Prepared:
+    """The model as an optimize takes it (run_fission, then its weights held once: share_weights); a
+    model file's is stored in `cache_dir` and read back by the next run that asks the same of the same
+    bytes (frontend/prepared.py)."""
+    t0 = time.perf_counter()
+    entry = None
+    if isinstance(resolved, (str, os.PathLike)):
+        entry = PreparedEntry(cache_dir, resolved, input_shapes, settings.strict, settings.rewrites, settings.seed,
+                              settings.accuracy)
+        if (found := entry.load()) is not None:
+            log.info("fission: %d primitives, as an earlier run left them (%s)", len(found.graph.nodes), entry.directory)
+            return replace(found, load_seconds=time.perf_counter() - t0)
+    fissioned = run_fission(resolved, input_shapes, cache_dir=cache_dir, strict=settings.strict,
+                            rewrite=settings.rewrites, seed=settings.seed, accuracy=settings.accuracy, db=db)
+    source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), fissioned.graph)
+    prepared = Prepared(source, fissioned.graph, fissioned.opaque, fissioned.rewrites, fissioned.original is not None,
+                        time.perf_counter() - t0 - fissioned.fission_seconds, fissioned.fission_seconds)
+    if entry is not None:
+        t1 = time.perf_counter()
+        entry.store(prepared)
+        prepared = replace(prepared, fission_seconds=prepared.fission_seconds + time.perf_counter() - t1)
+    return prepared
+
 # ---------------------------------------------------------------------------------------------
 # orchestration: fission -> candidates -> profile -> measured selection -> check
 
@@ -153,6 +179,7 @@ class OptimizeStats:
     primitives: int
     opaque_nodes: int                 # ONNX nodes kept whole (no fission rule): only an ONNX engine runs them
     rewrites: tuple[str, ...]         # algebraic rewrites applied before fission (frontend/rewrites.py), in words
+    fission_remembered: bool          # the model as fissioned read back from an earlier run (frontend/prepared.py)
     candidates: int
     regions: int
     unique_candidates: int
@@ -357,20 +384,16 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
     machine = machine_fingerprint()
     resolved = resolve_model(source, db.path.parent)       # a zoo model not yet cached is built and exported
     resolve_seconds = time.perf_counter() - start
-    fissioned = run_fission(resolved, input_shapes, cache_dir=db.path.parent, strict=settings.strict,
-                            rewrite=settings.rewrites, seed=settings.seed, accuracy=settings.accuracy, db=db)
+    prepared = prepare_model(resolved, input_shapes, settings, db.path.parent, db)
     # The model as given, where rewrites changed it, is loaded again when a plan is first checked, not
     # held through profiling and selection (yolov4: 246 MB under the optimize's peaks); a warm run
     # whose plan passed its check before never loads it. A file is read by onnxruntime itself: loaded
     # here, then serialized for onnxruntime, it was most of the first check's 1.9 GB (yolov4: the
     # select stage's peak, 4.2 GB).
-    original = None if fissioned.original is None else \
+    original = None if not prepared.rewritten else \
         Path(resolved) if isinstance(resolved, (str, os.PathLike)) else functools.partial(load_model, resolved, input_shapes)
-    fissioned = replace(fissioned, original=None)
     peaks = {"fission": peak_rss_mib()}
-    graph = fissioned.graph
-    onnx_source = share_weights(OnnxSource(fissioned.model, dict(fissioned.value_map or {})), graph)
-    fissioned = replace(fissioned, model=onnx_source.model)     # the model with its weights held once, in `graph`
+    graph, onnx_source = prepared.graph, prepared.source
     cands = enumerate_all(graph, settings, db)
     pools = profile_pools(graph, cands, settings)
     universe = candidate_universe(cands, settings)
@@ -430,8 +453,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         db.remember_check(selected.problem, {"weights": weights, "check": check.to_json()})
     peaks["check"] = peak_rss_mib()
     stats = OptimizeStats(
-        primitives=len(graph.nodes), opaque_nodes=len(fissioned.opaque),
-        rewrites=fissioned.rewrites, candidates=len(cands.all), regions=len(cands.regions),
+        primitives=len(graph.nodes), opaque_nodes=len(prepared.opaque),
+        rewrites=prepared.rewrites, fission_remembered=prepared.remembered, candidates=len(cands.all), regions=len(cands.regions),
         unique_candidates=len({c.key for c in cands.all}), profiled_new=profiled.measured,
         profiled_cached=profiled.stored, profiled_again=profiled.retimed,
         compiled_ahead=profiled.ahead, machine_slowest=profiled.slowest, profile_link_ns=profiled.link,
@@ -440,8 +463,8 @@ def optimize(source: str | os.PathLike | onnx.ModelProto, db: ProfileDB, setting
         selection=selected.stats, max_rel_error=check.max_rel, check_tolerance=check.tolerance,
         check_worst=check.worst(),
         check_inputs=settings.accuracy.check_inputs, check_remembered=selected.check_remembered,
-        load_seconds=resolve_seconds + fissioned.load_seconds,
-        fission_seconds=fissioned.fission_seconds, candidates_seconds=cands.seconds, profile_seconds=profile_seconds,
+        load_seconds=resolve_seconds + prepared.load_seconds,
+        fission_seconds=prepared.fission_seconds, candidates_seconds=cands.seconds, profile_seconds=profile_seconds,
         profile_phase_seconds=dict(profiled.seconds), calibrate_seconds=calibrate_seconds, select_seconds=select_seconds, check_seconds=time.perf_counter() - t0, optimize_seconds=time.perf_counter() - start,
         peak_mib=peaks, solves=solves.stats)
     if not check.ok:
