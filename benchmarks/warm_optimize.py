@@ -8,7 +8,8 @@ profiles and remembered selection, for one or more korch checkouts side by side.
 CACHE_ROOT/MODEL is a profile cache of a finished optimize of MODEL (a cold run made it). Each
 checkout gets its own copy of it, runs once untimed (a checkout may store what it remembers
 differently), then the checkouts run in turn, `--runs` times each, `python -m korch optimize` from
-their own directory (PYTHONPATH=DIR). Prints median (min-max) wall seconds per model and checkout.
+their own directory (PYTHONPATH=DIR). Prints median (min-max) wall seconds per model and checkout,
+and the largest peak RSS of those runs (the korch process, from wait4).
 Without --checkout, the korch this script belongs to runs alone.
 
 `--from-cold`: no cache is given; each checkout first optimizes MODEL cold into an empty cache of
@@ -33,12 +34,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def optimize(checkout: Path, model: str, cache: Path, plan: Path, threads: int) -> float:
+def optimize(checkout: Path, model: str, cache: Path, plan: Path, threads: int) -> tuple[float, float]:
+    """Wall seconds of one `korch optimize`, and its process's peak RSS in MiB (wait4's ru_maxrss)."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor-cache")}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "korch", "optimize", model, "-o", str(plan), "--threads", str(threads),
-                    "--cache", str(cache)], cwd=checkout, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    child = subprocess.Popen([sys.executable, "-m", "korch", "optimize", model, "-o", str(plan), "--threads",
+                              str(threads), "--cache", str(cache)], cwd=checkout, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - t0
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, child.args)
+    return seconds, usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -65,14 +72,18 @@ def main() -> None:
                     time.sleep(2)
                 else:
                     shutil.copytree(args.cache / model, cache)
-                first.append(optimize(checkout, model, cache, Path(tmp) / f"plan-{k}", args.threads))
+                first.append(optimize(checkout, model, cache, Path(tmp) / f"plan-{k}", args.threads)[0])
                 caches.append(cache)
             seconds: list[list[float]] = [[] for _ in checkouts]
+            peaks: list[list[float]] = [[] for _ in checkouts]
             for _ in range(args.runs):
                 for k, checkout in enumerate(checkouts):
                     time.sleep(2)
-                    seconds[k].append(optimize(checkout, model, caches[k], Path(tmp) / f"plan-{k}", args.threads))
-            cells = [f"{statistics.median(s):.1f} ({min(s):.1f}-{max(s):.1f})" for s in seconds]
+                    wall, peak = optimize(checkout, model, caches[k], Path(tmp) / f"plan-{k}", args.threads)
+                    seconds[k].append(wall)
+                    peaks[k].append(peak)
+            cells = [f"{statistics.median(s):.1f} ({min(s):.1f}-{max(s):.1f}), {max(p):,.0f} MiB"
+                     for s, p in zip(seconds, peaks)]
             if args.from_cold:
                 cells = [f"{f:.1f}; {cell}" for f, cell in zip(first, cells)]
             print(f"| {model} | " + " | ".join(cells) + " |", flush=True)
