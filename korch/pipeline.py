@@ -152,7 +152,7 @@ def prepare_model(resolved: str | os.PathLike | onnx.ModelProto, input_shapes: M
     entry = None
     if isinstance(resolved, (str, os.PathLike)):
         entry = PreparedEntry(cache_dir, resolved, input_shapes, settings.strict, settings.rewrites, settings.seed,
-                              settings.accuracy)
+                              settings.accuracy, settings.kept_kernel_days * 86400)
         if (found := entry.load()) is not None:
             log.info("fission: %d primitives, as an earlier run left them (%s)", len(found.graph.nodes), entry.directory)
             return replace(found, load_seconds=time.perf_counter() - t0)

@@ -360,8 +360,9 @@ class OptimizeSettings:
     accuracy: AccuracyPolicy = field(default_factory=AccuracyPolicy)
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     cost_model: CostModelSettings = field(default_factory=CostModelSettings)
-    # Compiled kernels kept in the cache (plan/store.py) unused for this long are removed when another
-    # is kept: those of an older korch, torch or model are never found again.
+    # Compiled kernels kept in the cache (plan/store.py), and prepared models (frontend/prepared.py),
+    # unused for this long are removed when another is kept: those of an older korch, torch or model
+    # are never found again.
     kept_kernel_days: float = 30.0
 
 

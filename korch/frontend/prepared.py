@@ -7,7 +7,9 @@ mapped from one file (ir/packed.py).
 An entry is keyed by everything its content depends on: the file's bytes, the input shapes asked
 for, strict and rewrite, the rewrite check's seed and accuracy policy, korch's code, and the versions
 of onnx, onnxruntime and numpy; a model's external data files are recorded with their digests and
-compared. There is one entry per model file and shapes, which a miss replaces. An entry is never
+compared. There is one entry per model file and shapes, which a miss replaces; an entry unused for
+OptimizeSettings.kept_kernel_days is removed when another is stored (as compiled kernels are: the
+entry of a model file deleted since is never found again). An entry is never
 trusted as read: its graph and model are compared with the digests stored beside them, and its
 constants with the digest of their values (which the optimize computes anyway, to key what it
 remembers about these weights); any fault is a warning and a miss.
@@ -35,6 +37,7 @@ except ImportError:                     # numpy < 2
     from numpy import byte_bounds
 
 from korch.frontend.fission.driver import OpaqueNode
+from korch.io import prune_now_and_then, touch
 from korch.ir.graph import Graph, constant_digest
 from korch.ir.onnx_source import OnnxSource
 from korch.ir.packed import PackedError, Placed, map_arrays, write_arrays
@@ -106,9 +109,10 @@ class PreparedEntry:
     """Where a model file's prepared form is stored in `cache_dir`, and the key it must carry."""
 
     def __init__(self, cache_dir: Path, model_file: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None,
-                 strict: bool, rewrite: bool, seed: int, accuracy: AccuracyPolicy) -> None:
+                 strict: bool, rewrite: bool, seed: int, accuracy: AccuracyPolicy, max_age_s: float) -> None:
         import onnxruntime
 
+        self.max_age_s = max_age_s
         self.model_file = Path(model_file).resolve()
         shapes = {k: [int(d) for d in v] for k, v in sorted((input_shapes or {}).items())}
         where = json.dumps([str(self.model_file), shapes])
@@ -134,7 +138,9 @@ class PreparedEntry:
                 if _file_digest(self.model_file.parent / name)[0] != digest:
                     log.info("fission: the model's external data %s changed since it was stored", name)
                     return None
-            return self._read(meta)
+            prepared = self._read(meta)
+            touch(self.directory)
+            return prepared
         except (OSError, ValueError, KeyError, TypeError, PackedError, DecodeError) as e:
             log.warning("fission: the stored form of %s in %s is damaged (%s); preparing the model again",
                         self.model_file, self.directory, e)
@@ -178,6 +184,7 @@ class PreparedEntry:
                 shutil.rmtree(old, ignore_errors=True)
             os.replace(staging, self.directory)
             staging = None
+            prune_now_and_then(parent, self.max_age_s, what="prepared model(s)")
         except (OSError, ValueError, PackedError) as e:
             log.warning("fission: cannot store the prepared model in %s (%s); the next run prepares it again",
                         parent, e)

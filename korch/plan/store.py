@@ -23,13 +23,13 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from korch.backends import get_backend
+from korch.io import prune, prune_now_and_then, touch  # noqa: F401  (prune: the store's own API)
 from korch.ir.graph import Graph
 from korch.plan.plan import Plan, step_graph
 from korch.version import code_version
@@ -41,8 +41,6 @@ log = logging.getLogger("korch.plan")
 
 STORE_DIR = "kernels"
 # An entry outlives max_age_s by at most max_age_s / PRUNE_SPLIT (a day, at the default 30 days).
-PRUNE_SPLIT = 30
-_PRUNED = ".pruned"
 
 
 def kernel_digest(machine: str, backend: str, key: str, nodes: Sequence[int], threads: int, weights: str) -> str:
@@ -67,7 +65,7 @@ def stored_kernels(plan: Plan, cache_dir: Path, weights: str) -> Plan:
             entry = _entry(cache_dir, plan.machine, step.backend, step.key, step.nodes, threads, weights)
             if entry.is_dir():
                 artifacts[step] = entry
-                _touch(entry)
+                touch(entry)
     return replace(plan, artifacts=artifacts)
 
 
@@ -115,34 +113,6 @@ def _refused(entry: Path) -> Path:
     return entry.with_suffix(".not-saveable")
 
 
-def _touch(entry: Path) -> None:
-    with contextlib.suppress(OSError):       # (a read-only cache still serves its entries)
-        os.utime(entry)
-
-
-def prune(store: Path, max_age_s: float, now: float | None = None) -> int:
-    """Remove the store's entries, refusal markers and stale temporary directories unused for
-    `max_age_s`; returns how many went. One that cannot be removed is left."""
-    now = time.time() if now is None else now
-    removed = 0
-    for path in store.iterdir() if store.is_dir() else ():
-        if path.name == _PRUNED:
-            continue
-        try:
-            if now - path.stat().st_mtime <= max_age_s:
-                continue
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-            removed += 1
-        except OSError:
-            continue
-    if removed:
-        log.info("removed %d kernel(s) from %s unused for %.0f days", removed, store, max_age_s / 86400)
-    return removed
-
-
 def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path, max_age_s: float) -> None:
     """Save `kernel`, compiled from `graph`, as the store's `entry`; a kernel its engine cannot save
     is marked so (never compiled again to find out). Failing to write only logs. Then removes the
@@ -163,19 +133,4 @@ def keep_kernel(kernel: object, graph: Graph, backend: str, entry: Path, max_age
             log.warning("cannot keep a compiled kernel in %s: %s", entry.parent, e)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    prune_now_and_then(entry.parent, max_age_s)
-
-
-def prune_now_and_then(store: Path, max_age_s: float, now: float | None = None) -> int:
-    """`prune`, unless the store was pruned less than max_age_s / PRUNE_SPLIT ago."""
-    now = time.time() if now is None else now
-    stamp = store / _PRUNED
-    with contextlib.suppress(OSError):
-        if now - stamp.stat().st_mtime < max_age_s / PRUNE_SPLIT:
-            return 0
-    try:
-        stamp.touch()
-        os.utime(stamp, (now, now))
-    except OSError:
-        pass                    # (a read-only store: prune what can be pruned, every time)
-    return prune(store, max_age_s, now)
+    prune_now_and_then(entry.parent, max_age_s, what="kernel(s)")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +115,11 @@ def test_a_changed_model_option_or_external_data_file_is_prepared_again(model_fi
     assert differs, "the weight changed in the external data file did not reach the prepared graph"
 
 
+def _entries(cache: Path) -> list[Path]:
+    """The entries (and any directory a failed store left) in the cache's prepared/."""
+    return sorted(p for p in (cache / PREPARED_DIR).iterdir() if p.is_dir())
+
+
 def _damage_weights(entry: Path) -> None:
     with open(entry / WEIGHTS, "r+b") as f:
         f.seek(64)
@@ -154,7 +161,7 @@ def test_a_damaged_entry_is_prepared_again_with_a_warning(damage, model_file: Pa
                                                           caplog: pytest.LogCaptureFixture) -> None:
     cache = tmp_path / "cache"
     fresh = prepare_model(model_file, None, SETTINGS, cache)
-    (entry,) = (cache / PREPARED_DIR).iterdir()
+    (entry,) = _entries(cache)
     damage(entry)
     with caplog.at_level(logging.WARNING, logger="korch.frontend"):
         again = prepare_model(model_file, None, SETTINGS, cache)
@@ -162,4 +169,23 @@ def test_a_damaged_entry_is_prepared_again_with_a_warning(damage, model_file: Pa
     assert "is damaged" in caplog.text and str(model_file) in caplog.text
     _same(fresh, again)
     assert prepare_model(model_file, None, SETTINGS, cache).remembered          # stored whole again
-    assert [p.name for p in (cache / PREPARED_DIR).iterdir()] == [entry.name]     # nothing left behind
+    assert _entries(cache) == [entry]                                            # nothing left behind
+
+
+def test_an_entry_unused_for_the_kept_days_is_removed_when_another_is_stored(model_file: Path, tmp_path: Path) -> None:
+    cache, days = tmp_path / "cache", SETTINGS.kept_kernel_days
+    prepare_model(model_file, None, SETTINGS, cache)
+    (used,) = _entries(cache)
+    other = tmp_path / "other.onnx"
+    other.write_bytes(model_file.read_bytes())
+    prepare_model(other, None, SETTINGS, cache)
+    (unused,) = [p for p in _entries(cache) if p != used]
+    old = time.time() - (days + 10) * 86400
+    for path in cache / PREPARED_DIR / ".pruned", used, unused:
+        os.utime(path, (old, old))
+    assert prepare_model(model_file, None, SETTINGS, cache).remembered          # used: touched
+    third = tmp_path / "third.onnx"
+    third.write_bytes(model_file.read_bytes())
+    prepare_model(third, None, SETTINGS, cache)                                  # stored: the store is pruned
+    left = _entries(cache)
+    assert used in left and unused not in left and len(left) == 2
