@@ -437,3 +437,39 @@ def test_a_warm_lp_gets_its_time_limit_on_every_solve_not_summed_over_them() -> 
     summed = lp._highs.getRunTime()
     assert summed >= 0.5, f"{solves} solves summed to {summed:.3f} s"
     assert lp.solve(rng.uniform(0.1, 1.0, cols), upper, time_limit=summed / 2) is not None
+
+
+def test_crossing_cuts_close_the_relaxation_where_it_splits_a_crossing_and_keep_the_optimum() -> None:
+    """x -> t (primitive 0) -> y (primitive 1). Computing t on engine A and y on engine B crosses
+    engines (cost 1); B computes both at 2.5. The plain rows let the LP take every option at 1/2 and
+    pay no crossing (2.25); the crossing cut (module doc) makes b's crossing as chosen as b itself.
+    The BLP's optimum is B's whole (2.5) with or without the cut."""
+    from scipy.optimize import linprog
+
+    from korch.select.blp import COST_SCALE, formulate
+
+    options = [Option("a", frozenset({"x"}), frozenset({"t"}), 1.0, frozenset({0}), "A"),
+               Option("a2", frozenset({"x"}), frozenset({"t"}), 1.6, frozenset({0}), "B"),
+               Option("b", frozenset({"t"}), frozenset({"y"}), 1.0, frozenset({1}), "B"),
+               Option("c", frozenset({"x"}), frozenset({"y"}), 2.5, frozenset({0, 1}), "B")]
+
+    def boundary(producer: str, consumer: str, value: str) -> float:
+        return 0.0 if producer == consumer else 1.0
+    problem = formulate(options, ["x"], ["y"], [0, 1], boundary)
+    assert len(problem.crossings.cuts) == 1
+    n = len(problem.integrality)
+    continuous = problem.integrality == 0
+    cut_rows = [r for r in range(problem.matrix.shape[0]) if problem.lower[r] == 0
+                and continuous[problem.matrix[[r], :].indices].any()]
+    plain = np.setdiff1d(np.arange(problem.matrix.shape[0]), cut_rows)
+    _, objective, upper = problem.priced(None)
+
+    def relaxed(rows: np.ndarray) -> float:
+        lp = linprog(objective, A_ub=-problem.matrix[rows], b_ub=-problem.lower[rows], bounds=[(0, u) for u in upper],
+                     method="highs")
+        return lp.fun / COST_SCALE
+    assert relaxed(plain) == pytest.approx(2.25) and len(plain) == problem.matrix.shape[0] - 1
+    assert relaxed(np.arange(problem.matrix.shape[0])) == pytest.approx(2.5)
+    chosen = solve(options, ["x"], ["y"], [0, 1], boundary=boundary)
+    assert [o.key for o in chosen.chosen] == ["c"] and chosen.cost == pytest.approx(2.5) and chosen.optimal
+    assert n == len(options) + 1                                   # one crossing variable: b reading t from a
