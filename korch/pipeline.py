@@ -151,9 +151,12 @@ def prepare_model(resolved: str | os.PathLike | onnx.ModelProto, input_shapes: M
     t0 = time.perf_counter()
     entry = None
     if isinstance(resolved, (str, os.PathLike)):
-        entry = PreparedEntry(cache_dir, resolved, input_shapes, settings.strict, settings.rewrites, settings.seed,
-                              settings.accuracy, settings.kept_kernel_days * 86400)
-        if (found := entry.load()) is not None:
+        try:
+            entry = PreparedEntry(cache_dir, resolved, input_shapes, settings.strict, settings.rewrites, settings.seed,
+                                  settings.accuracy, settings.kept_kernel_days * 86400)
+        except OSError:                 # an unreadable file: loading it names the problem
+            entry = None
+        if entry is not None and (found := entry.load()) is not None:
             log.info("fission: %d primitives, as an earlier run left them (%s)", len(found.graph.nodes), entry.directory)
             return replace(found, load_seconds=time.perf_counter() - t0)
     fissioned = run_fission(resolved, input_shapes, cache_dir=cache_dir, strict=settings.strict,

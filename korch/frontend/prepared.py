@@ -135,7 +135,11 @@ class PreparedEntry:
                 log.info("fission: the model, its options or korch changed since %s was stored", self.directory)
                 return None
             for name, digest in meta["external"].items():
-                if _file_digest(self.model_file.parent / name)[0] != digest:
+                try:
+                    now = _file_digest(self.model_file.parent / name)[0]
+                except OSError:
+                    now = None                  # (gone or unreadable: loading the model says so)
+                if now != digest:
                     log.info("fission: the model's external data %s changed since it was stored", name)
                     return None
             prepared = self._read(meta)

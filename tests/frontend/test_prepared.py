@@ -17,6 +17,7 @@ from onnx import numpy_helper
 
 from korch import zoo
 from korch.backends.reference import run_graph
+from korch.errors import ModelLoadError
 from korch.frontend.prepared import ENTRY, GRAPH, MODEL, PREPARED_DIR, WEIGHTS
 from korch.ir.serialize import graph_to_json
 from korch.pipeline import prepare_model
@@ -189,3 +190,15 @@ def test_an_entry_unused_for_the_kept_days_is_removed_when_another_is_stored(mod
     prepare_model(third, None, SETTINGS, cache)                                  # stored: the store is pruned
     left = _entries(cache)
     assert used in left and unused not in left and len(left) == 2
+
+
+def test_a_model_file_that_cannot_be_read_is_refused_by_name_not_by_the_cache(model_file: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    prepare_model(model_file, None, SETTINGS, cache)
+    model_file.write_bytes(b"not an onnx model")
+    with pytest.raises(ModelLoadError, match="efficientvit-mini.onnx: not"):
+        prepare_model(model_file, None, SETTINGS, cache)
+    model_file.unlink()
+    model_file.mkdir()                                          # (open() of a directory: an OSError)
+    with pytest.raises(ModelLoadError, match="efficientvit-mini.onnx"):
+        prepare_model(model_file, None, SETTINGS, cache)
