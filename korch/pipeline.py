@@ -142,7 +142,6 @@ def run_fission(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mappi
                          rewrites, original)
 
 
-
 def prepare_model(resolved: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None,
                   settings: OptimizeSettings, cache_dir: Path, db: ProfileDB | None = None) -> Prepared:
     """The model as an optimize takes it (run_fission, then its weights held once: share_weights); a
@@ -169,6 +168,7 @@ def prepare_model(resolved: str | os.PathLike | onnx.ModelProto, input_shapes: M
         entry.store(prepared)
         prepared = replace(prepared, fission_seconds=prepared.fission_seconds + time.perf_counter() - t1)
     return prepared
+
 
 # ---------------------------------------------------------------------------------------------
 # orchestration: fission -> candidates -> profile -> measured selection -> check

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from korch.plan.store import keep_kernel, prune
+from korch.io import prune
+from korch.plan.store import keep_kernel
 from tests.backends.graphs import conv_bias_relu
 
 DAY = 86400.0
@@ -59,7 +60,7 @@ def test_candidates_of_equal_structure_are_kept_apart() -> None:
 
 
 def test_the_store_is_scanned_for_old_entries_at_most_once_per_thirtieth_of_their_age(tmp_path: Path) -> None:
-    from korch.plan.store import prune_now_and_then
+    from korch.io import prune_now_and_then
 
     store, old, recent, marker = _store(tmp_path)
     assert prune_now_and_then(store, 30 * DAY) == 2 and not old.exists()

@@ -31,16 +31,11 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-try:
-    from numpy.lib.array_utils import byte_bounds
-except ImportError:                     # numpy < 2
-    from numpy import byte_bounds
-
 from korch.frontend.fission.driver import OpaqueNode
 from korch.io import prune_now_and_then, touch
 from korch.ir.graph import Graph, constant_digest
 from korch.ir.onnx_source import OnnxSource
-from korch.ir.packed import PackedError, Placed, map_arrays, write_arrays
+from korch.ir.packed import PackedError, Placed, map_arrays, span, write_arrays
 from korch.ir.serialize import graph_from_json, graph_to_json
 from korch.settings import AccuracyPolicy
 from korch.version import code_version
@@ -203,7 +198,7 @@ class PreparedEntry:
         texts = {GRAPH: json.dumps(graph_to_json(graph)).encode(), MODEL: source.model.SerializeToString()}
         for name, text in texts.items():
             (directory / name).write_bytes(text)
-        spans = {byte_bounds(a) for a in graph.constants.values() if a.size}
+        spans = {span(a) for a in graph.constants.values() if a.size}
         external = _external_files(self.model_file) if self.has_external else []
         meta = {
             "format": FORMAT, "key": self.key,
@@ -213,7 +208,7 @@ class PreparedEntry:
             "arrays": {n: placed[f"a/{n}"].to_json() for n in source.arrays},
             "digest": graph.constants_digest(),
             # initializers that are not a constant's memory, which the constants' digest does not cover
-            "unshared": {n: constant_digest(a) for n, a in source.arrays.items() if a.size and byte_bounds(a) not in spans},
+            "unshared": {n: constant_digest(a) for n, a in source.arrays.items() if a.size and span(a) not in spans},
             "value_map": dict(source.value_map), "opaque": [asdict(o) for o in prepared.opaque],
             "rewrites": list(prepared.rewrites), "rewritten": prepared.rewritten,
         }

@@ -66,6 +66,11 @@ class Placed:
         return low, high
 
 
+def span(array: np.ndarray) -> tuple[int, int]:
+    """The bytes [low, high) of memory an array occupies: arrays of one span are views of one block."""
+    return byte_bounds(array)
+
+
 def _memory_order(array: np.ndarray) -> np.ndarray | None:
     """`array` with its axes permuted into memory order, where that view is C-contiguous (its bytes
     are then exactly the span the array occupies); None where the array has holes or runs backwards."""
@@ -87,23 +92,23 @@ def write_arrays(path: Path, arrays: Mapping[str, np.ndarray]) -> dict[str, Plac
             if array.size == 0:
                 placed[name] = Placed(-1, array.dtype.str, tuple(array.shape), (0,) * array.ndim)
                 continue
-            span = byte_bounds(array)
-            start = written.get(span)
+            block = span(array)
+            start = written.get(block)
             if start is None:
                 dense = _memory_order(array)
                 copied = dense is None
                 if copied:                        # (a copy's span is never looked up: its memory is freed)
                     array = dense = np.ascontiguousarray(array)
-                    span = byte_bounds(array)
+                    block = span(array)
                 pad = -offset % ALIGN
                 f.write(b"\0" * pad)
                 start = offset + pad
                 f.write(memoryview(dense.reshape(-1)).cast("B"))
                 offset = start + dense.nbytes
                 if not copied:
-                    written[span] = start
+                    written[block] = start
             first = array.__array_interface__["data"][0]
-            placed[name] = Placed(start + first - span[0], array.dtype.str, tuple(array.shape),
+            placed[name] = Placed(start + first - block[0], array.dtype.str, tuple(array.shape),
                                   tuple(array.strides))
     return placed
 

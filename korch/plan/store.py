@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from korch.backends import get_backend
-from korch.io import prune, prune_now_and_then, touch  # noqa: F401  (prune: the store's own API)
+from korch.io import prune_now_and_then, touch
 from korch.ir.graph import Graph
 from korch.plan.plan import Plan, step_graph
 from korch.version import code_version
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("korch.plan")
 
 STORE_DIR = "kernels"
-# An entry outlives max_age_s by at most max_age_s / PRUNE_SPLIT (a day, at the default 30 days).
+# An entry outlives max_age_s by at most max_age_s / korch.io.PRUNE_SPLIT (a day, at the default 30 days).
 
 
 def kernel_digest(machine: str, backend: str, key: str, nodes: Sequence[int], threads: int, weights: str) -> str:

@@ -41,6 +41,10 @@ continuous w in [0, 1] with
 
 so a tensor crossing engines costs what the calibration says only when both ends are chosen.
 
+With `start(engine)` given, every option also pays its engine's kernel start (what a kernel costs to
+start inside a plan beyond its profile, calibrated with the boundaries) in its own cost: a plan of n
+kernels pays n starts.
+
 Crossing cuts. Those rows alone let the LP relaxation dodge the crossings: with x_k = 1/2 and t's
 producers at 1/2, every w may be 0. But a chosen k reads t from some chosen producer, and where none
 of t's producers on k's own engine (or an engine it reads from at no extra cost) is chosen, that
@@ -55,9 +59,6 @@ constraints, 15,548-15,569 cuts; benchmarks/blp_crossing_cuts.py, BENCHMARKS.md)
 in every one, five of them now integral; of the three that took 4-6.4 s, two took 2.0 s, the third
 6.5 s as before; the others 0.5-1.1 s, as before or less; every one to the same optimum. A tighter
 bound also ends guided profiling sooner (its rounds stop once the bound reaches the fastest whole model).
-With `start(engine)` given, every option also pays its engine's kernel start (what a kernel costs to
-start inside a plan beyond its profile, calibrated with the boundaries) in its own cost: a plan of n
-kernels pays n starts.
 
 Cover cuts. Every primitive that some graph output depends on is computed by at least one chosen
 kernel in every feasible plan (a kernel computes its primitives from its inputs alone, so the chain
